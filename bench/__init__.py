@@ -1,0 +1,1 @@
+"""Benchmark workloads and the ``make bench`` runner."""

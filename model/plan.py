@@ -1,0 +1,63 @@
+"""Plans: the solver's output contract (``architecture.md``), camelCase JSON as Kubernetes writes it."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from model.api import ApiModel
+
+
+class PlannedNodeClaim(ApiModel):
+    name: str
+    node_pool: str
+    instance_type: str
+    zone: str
+    capacity_type: str
+    price: float
+    pods: list[str]
+    labels: dict[str, str] = {}
+    requests: dict[str, str] = {}
+    allocatable: dict[str, str] = {}
+
+
+class ExistingNodeAssignment(ApiModel):
+    name: str
+    pods: list[str]
+
+
+class UnschedulablePod(ApiModel):
+    pod: str
+    reason: str
+
+
+class PlanCost(ApiModel):
+    total: float
+    lower_bound: float
+    gap: float | None = None
+    greedy: float | None = None
+    lp_bound: float | None = None
+
+
+class SolverReport(ApiModel):
+    status: Literal["OPTIMAL", "FEASIBLE", "GREEDY", "EMPTY"]
+    wall_seconds: float
+    seed: int = 0
+    time_limit_seconds: float = 0.0
+    pod_classes: int = 0
+    templates: int = 0
+    patterns: int = 0
+    bound_method: str = ""
+    greedy_seconds: float = 0.0
+    notes: list[str] = []
+
+
+class ProvisioningPlan(ApiModel):
+    kind: Literal["ProvisioningPlan"] = "ProvisioningPlan"
+    node_claims: list[PlannedNodeClaim] = []
+    existing_nodes: list[ExistingNodeAssignment] = []
+    unschedulable: list[UnschedulablePod] = []
+    cost: PlanCost
+    solver: SolverReport
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)

@@ -1,0 +1,167 @@
+"""Pods: what they request and which nodes they accept, computed exactly as Kubernetes does."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from model.errors import InputError
+from model.fields import RawObject
+from model.requirements import NODE_AFFINITY_OPERATORS, Requirement, Requirements
+from model.resources import PODS, Resources
+from model.taints import Toleration
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def container_requests(container: RawObject) -> Resources:
+    """A container's requests; a resource with only a limit requests its limit (API-server defaulting)."""
+    resources = container.obj("resources")
+    limits = resources.parse("limits", Resources.parse)
+    requests = resources.parse("requests", Resources.parse)
+    return Resources({**dict(limits), **dict(requests)})
+
+
+def effective_requests(spec: RawObject) -> Resources:
+    """What the scheduler charges a node for this pod (Kubernetes' ``PodRequests``).
+
+    App containers and sidecars (init containers with ``restartPolicy: Always``) run together; each regular
+    init container runs alone beside the sidecars started before it. The pod needs the larger of the two
+    phases, plus ``spec.overhead``. Pod-level ``spec.resources.requests`` replace the container sum for the
+    resources they name. Every pod also takes one ``pods`` slot.
+    """
+    total = Resources()
+    for container in spec.items("containers"):
+        total = total + container_requests(container)
+    sidecars = Resources()
+    init_peak = Resources()
+    for container in spec.items("initContainers"):
+        request = container_requests(container)
+        if container.str("restartPolicy") == "Always":
+            sidecars = sidecars + request
+            init_peak = Resources.max_of([init_peak, sidecars])
+        else:
+            init_peak = Resources.max_of([init_peak, request + sidecars])
+    pod = Resources.max_of([total + sidecars, init_peak])
+    pod_level = spec.obj("resources").parse("requests", Resources.parse)
+    if pod_level:
+        pod = Resources({**dict(pod), **dict(pod_level)})
+    pod = pod + spec.parse("overhead", Resources.parse)
+    return pod + {PODS: 1}
+
+
+def _selector_term(raw: Any) -> Requirements:
+    term = RawObject(raw)
+    reqs = term.parse_each("matchExpressions",
+                           lambda r: Requirement.parse(r, allowed=NODE_AFFINITY_OPERATORS))
+    for field in term.items("matchFields"):
+        if field.str("key") != "metadata.name":
+            raise InputError("matchFields supports only metadata.name", field=f"{field.path}.key")
+        reqs.append(Requirement.parse({**field.data, "key": "kubernetes.io/hostname"},
+                                      allowed=NODE_AFFINITY_OPERATORS))
+    return Requirements.of(reqs)
+
+
+class PreferredTerm(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    weight: int
+    requirements: Requirements
+
+
+class Pod(BaseModel):
+    """A pod as far as placement is concerned. ``requests`` already includes the ``pods`` slot."""
+
+    model_config = ConfigDict(frozen=True)
+
+    namespace: str
+    name: str
+    uid: str = ""
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    node_name: str = ""
+    phase: str = "Pending"
+    requests: Resources = Resources()
+    node_selector: dict[str, str] = {}
+    required_terms: tuple[Requirements, ...] = ()
+    preferred_terms: tuple[PreferredTerm, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    owner_kind: str = ""
+    owner_name: str = ""
+    priority: int = 0
+    scheduling_gated: bool = False
+    deleting: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+    @property
+    def pending(self) -> bool:
+        """Waiting for a node: unbound and not finished (the snapshot contract's definition)."""
+        return not self.node_name and not self.terminal and not self.deleting
+
+    @property
+    def daemon(self) -> bool:
+        return self.owner_kind in ("DaemonSet", "Node")
+
+    def node_requirements(self) -> tuple[Requirements, ...]:
+        """Alternatives the node's labels must satisfy: nodeSelector AND (term1 OR term2 OR ...)."""
+        selector = Requirements.from_labels(self.node_selector)
+        if not self.required_terms:
+            return (selector,)
+        return tuple(selector & term for term in self.required_terms)
+
+    def accepts_labels(self, labels: Mapping[str, str]) -> bool:
+        return any(reqs.matches(labels) for reqs in self.node_requirements())
+
+    @classmethod
+    def parse_spec(cls, spec: RawObject) -> dict[str, Any]:
+        """Placement-relevant fields of a PodSpec (shared by Pods and workload pod templates)."""
+        affinity = spec.obj("affinity").obj("nodeAffinity")
+        required = affinity.obj("requiredDuringSchedulingIgnoredDuringExecution")
+        terms = tuple(required.parse_each("nodeSelectorTerms", _selector_term))
+        if required.data and not terms:
+            raise InputError("requiredDuringScheduling needs at least one nodeSelectorTerm",
+                             field=f"{required.path}.nodeSelectorTerms")
+        preferred = []
+        for item in affinity.items("preferredDuringSchedulingIgnoredDuringExecution"):
+            weight = item.int("weight", 0) or 0
+            if not 1 <= weight <= 100:
+                raise InputError("weight must be between 1 and 100", field=f"{item.path}.weight")
+            preferred.append(PreferredTerm(weight=weight, requirements=item.parse("preference", _selector_term)))
+        return {
+            "requests": effective_requests(spec),
+            "node_selector": spec.string_map("nodeSelector"),
+            "required_terms": terms,
+            "preferred_terms": tuple(preferred),
+            "tolerations": tuple(spec.parse_each("tolerations", Toleration.parse)),
+            "priority": spec.int("priority", 0) or 0,
+            "scheduling_gated": bool(spec.items("schedulingGates")),
+        }
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> Pod:
+        obj = RawObject(raw)
+        meta = obj.obj("metadata")
+        spec = obj.obj("spec")
+        owners = meta.items("ownerReferences")
+        controller = next((o for o in owners if o.bool("controller")), owners[0] if owners else None)
+        return cls(
+            namespace=meta.str("namespace", "default"),
+            name=meta.str("name"),
+            uid=meta.str("uid"),
+            labels=meta.string_map("labels"),
+            annotations=meta.string_map("annotations"),
+            node_name=spec.str("nodeName"),
+            phase=obj.obj("status").str("phase", "Pending"),
+            owner_kind=controller.str("kind") if controller else "",
+            owner_name=controller.str("name") if controller else "",
+            deleting=bool(meta.str("deletionTimestamp")),
+            **cls.parse_spec(spec),
+        )

@@ -1,0 +1,152 @@
+"""A Snapshot: everything one solve needs, loaded from ``kubectl get -o yaml|json`` output."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+from model.api import validate_api
+from model.errors import InputError
+from model.instancetype import InstanceType
+from model.node import Node
+from model.nodepool import NodeClaim, NodePool
+from model.pod import Pod
+from model.workload import DaemonSet, Namespace, PodDisruptionBudget
+
+#: Kinds kept as raw objects for rules that read them directly (volumes, DRA).
+RAW_KINDS = frozenset({
+    "PersistentVolumeClaim", "PersistentVolume", "StorageClass", "CSINode", "ResourceClaim",
+    "ResourceClaimTemplate", "DeviceClass", "ResourceSlice",
+})
+
+
+class Snapshot(BaseModel):
+    """An immutable cluster state plus the instance catalog it will be solved against."""
+
+    model_config = ConfigDict(frozen=True)
+
+    pods: tuple[Pod, ...] = ()
+    nodes: tuple[Node, ...] = ()
+    nodepools: tuple[NodePool, ...] = ()
+    nodeclaims: tuple[NodeClaim, ...] = ()
+    daemonsets: tuple[DaemonSet, ...] = ()
+    pdbs: tuple[PodDisruptionBudget, ...] = ()
+    namespaces: tuple[Namespace, ...] = ()
+    raw_objects: tuple[dict[str, Any], ...] = ()
+    instance_types: tuple[InstanceType, ...] = ()
+    source: str = ""
+    warnings: tuple[str, ...] = ()
+
+    def pending_pods(self) -> list[Pod]:
+        """Pods that need a node: unbound, not terminal, not daemon pods, not held by scheduling gates."""
+        return [p for p in self.pods if p.pending and not p.daemon and not p.scheduling_gated]
+
+    def pods_on(self, node_name: str) -> list[Pod]:
+        return [p for p in self.pods if p.node_name == node_name and not p.terminal]
+
+    def nodepool(self, name: str) -> NodePool | None:
+        return next((np for np in self.nodepools if np.name == name), None)
+
+    def with_catalog(self, instance_types: Iterable[InstanceType]) -> Snapshot:
+        return self.model_copy(update={"instance_types": tuple(instance_types)})
+
+
+def _object_name(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    assert isinstance(meta, Mapping)
+    name = meta.get("name", "<unnamed>")
+    namespace = meta.get("namespace")
+    return f"{obj.get('kind', '?')} {namespace + '/' if namespace else ''}{name}"
+
+
+def read_documents(path: Path) -> list[Any]:
+    """Every top-level document of a YAML stream or JSON file (``List`` objects are flattened)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("file not found", file=str(path)) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"cannot read file: {err}", file=str(path)) from None
+    try:
+        if path.suffix == ".json":
+            docs: list[Any] = [json.loads(text)]
+        else:
+            docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except json.JSONDecodeError as err:
+        raise InputError(f"malformed JSON at line {err.lineno} column {err.colno}: {err.msg}",
+                         file=str(path)) from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise InputError(f"malformed YAML{where}: {problem}", file=str(path)) from None
+    out: list[Any] = []
+    for doc in docs:
+        if isinstance(doc, Mapping) and isinstance(doc.get("items"), list) and (
+                doc.get("kind") == "List" or str(doc.get("kind", "")).endswith("List")):
+            out.extend(doc["items"])
+        else:
+            out.append(doc)
+    return out
+
+
+def _parse_nodepool(raw: Mapping[str, Any]) -> NodePool:
+    nodepool = validate_api(NodePool, raw)
+    nodepool.check()
+    return nodepool
+
+
+_PARSERS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
+    "Pod": Pod.parse,
+    "Node": Node.parse,
+    "NodePool": _parse_nodepool,
+    "NodeClaim": lambda raw: validate_api(NodeClaim, raw),
+    "DaemonSet": DaemonSet.parse,
+    "PodDisruptionBudget": PodDisruptionBudget.parse,
+    "Namespace": Namespace.parse,
+}
+
+
+def parse_objects(objects: Iterable[Any], *, source: str) -> Snapshot:
+    """Build a Snapshot from Kubernetes objects; unknown kinds are skipped with a warning."""
+    buckets: dict[str, list[Any]] = {kind: [] for kind in _PARSERS}
+    raw: list[dict[str, Any]] = []
+    warnings: list[str] = []
+    skipped: dict[str, int] = {}
+    for index, obj in enumerate(objects):
+        if not isinstance(obj, Mapping):
+            raise InputError(f"document {index + 1} is not a Kubernetes object", file=source)
+        kind = obj.get("kind")
+        if not isinstance(kind, str) or not kind:
+            raise InputError("object has no kind", file=source, obj=f"document {index + 1}", field="kind")
+        name = _object_name(obj)
+        if not isinstance(obj.get("metadata"), Mapping) or not obj["metadata"].get("name"):
+            raise InputError("object has no name", file=source, obj=name, field="metadata.name")
+        if kind in _PARSERS:
+            try:
+                buckets[kind].append(_PARSERS[kind](obj))
+            except InputError as err:
+                raise err.located(file=source, obj=name) from None
+        elif kind in RAW_KINDS:
+            raw.append(dict(obj))
+        else:
+            skipped[kind] = skipped.get(kind, 0) + 1
+    for kind, count in sorted(skipped.items()):
+        warnings.append(f"{source}: skipped {count} object(s) of unsupported kind {kind}")
+    return Snapshot(
+        pods=tuple(buckets["Pod"]), nodes=tuple(buckets["Node"]), nodepools=tuple(buckets["NodePool"]),
+        nodeclaims=tuple(buckets["NodeClaim"]), daemonsets=tuple(buckets["DaemonSet"]),
+        pdbs=tuple(buckets["PodDisruptionBudget"]), namespaces=tuple(buckets["Namespace"]),
+        raw_objects=tuple(raw), source=source, warnings=tuple(warnings),
+    )
+
+
+def load_snapshot(path: str | Path) -> Snapshot:
+    """Load a snapshot file (YAML stream, YAML/JSON ``List``); errors name file, object and field."""
+    path = Path(path)
+    return parse_objects(read_documents(path), source=str(path))

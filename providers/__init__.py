@@ -1,0 +1,1 @@
+"""Cloud providers: the instance catalog (types, offerings, prices) and instance lifecycle."""

@@ -1,0 +1,185 @@
+"""Column generation: the LP relaxation of the pattern model, its patterns and a certified lower bound.
+
+The restricted master LP chooses fractional counts of patterns to cover every class's demand at least
+cost; its duals price new patterns on every bin. When exact pricing finds no pattern with negative
+reduced cost the LP value is the Gilmore–Gomory bound; before that, the Lagrangian bound
+``LP + Σ_b N_b · min(0, best reduced cost on b)`` is still valid (N_b = the most nodes b can ever have).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from ortools.linear_solver import pywraplp
+
+from solver.bins import Bin
+from solver.patterns import Pattern, complete, exact_pricing, fill, greedy_pricing, max_copies
+
+EPS = 1e-6
+
+
+@dataclass
+class Objective:
+    """Pattern cost: node price plus a per-pod penalty for landing below its best NodePool weight."""
+
+    rank_weight: int
+    unscheduled_weight: int
+    best_rank: np.ndarray  # per class
+
+    def penalties(self, b: Bin) -> np.ndarray:
+        if b.existing:
+            return np.zeros(len(self.best_rank), dtype=np.int64)
+        return np.maximum(b.rank - self.best_rank, 0) * self.rank_weight
+
+    def cost(self, b: Bin, counts: np.ndarray) -> int:
+        return int(b.cost + int(self.penalties(b) @ counts))
+
+
+@dataclass
+class ColumnGenerationResult:
+    patterns: list[Pattern]
+    lp_value: float
+    lower_bound: float
+    converged: bool
+    iterations: int
+    lp_solution: dict[Pattern, float] = field(default_factory=dict)
+    #: at convergence: a lower bound on the reduced cost of any pattern on each bin (≥ 0 up to tolerance)
+    reduced_cost_floor: dict[int, float] = field(default_factory=dict)
+
+
+class MasterLP:
+    def __init__(self, bins: list[Bin], demand: np.ndarray, objective: Objective,
+                 limits: dict[tuple[int, str], int]) -> None:
+        self.bins, self.demand, self.objective = bins, demand, objective
+        self.lp = pywraplp.Solver.CreateSolver("GLOP")
+        inf = self.lp.infinity()
+        self.cover = [self.lp.Constraint(float(d), inf, f"cover_{k}") for k, d in enumerate(demand)]
+        self.count_rows = {b.index: self.lp.Constraint(-inf, float(b.count), f"count_{b.index}")
+                           for b in bins if b.count is not None}
+        self.limit_rows = {key: self.lp.Constraint(-inf, float(max(v, 0)), f"limit_{key[0]}_{key[1]}")
+                           for key, v in limits.items()}
+        self.obj = self.lp.Objective()
+        self.obj.SetMinimization()
+        for k, row in enumerate(self.cover):
+            u = self.lp.NumVar(0.0, inf, f"u_{k}")
+            row.SetCoefficient(u, 1.0)
+            self.obj.SetCoefficient(u, float(objective.unscheduled_weight))
+        self.columns: dict[Pattern, pywraplp.Variable] = {}
+
+    def add(self, pattern: Pattern) -> bool:
+        if pattern in self.columns or not any(pattern.counts):
+            return False
+        b = self.bins[pattern.bin]
+        counts = pattern.array()
+        var = self.lp.NumVar(0.0, self.lp.infinity(), f"x_{len(self.columns)}")
+        for k, a in enumerate(pattern.counts):
+            if a:
+                self.cover[k].SetCoefficient(var, float(a))
+        if b.index in self.count_rows:
+            self.count_rows[b.index].SetCoefficient(var, 1.0)
+        for (pool, name), row in self.limit_rows.items():
+            if b.pool_index == pool and b.limit_use.get(name, 0):
+                row.SetCoefficient(var, float(b.limit_use[name]))
+        self.obj.SetCoefficient(var, float(self.objective.cost(b, counts)))
+        self.columns[pattern] = var
+        return True
+
+    def solve(self) -> float:
+        status = self.lp.Solve()
+        if status != pywraplp.Solver.OPTIMAL:
+            raise RuntimeError(f"master LP ended with status {status}")
+        return float(self.obj.Value())
+
+    def duals(self) -> tuple[np.ndarray, dict[int, float], dict[tuple[int, str], float]]:
+        pi = np.array([row.dual_value() for row in self.cover])
+        mu = {i: row.dual_value() for i, row in self.count_rows.items()}
+        lam = {key: row.dual_value() for key, row in self.limit_rows.items()}
+        return pi, mu, lam
+
+    def fixed_price(self, b: Bin, mu: dict[int, float], lam: dict[tuple[int, str], float]) -> float:
+        """The part of a pattern's reduced cost that does not depend on its pods."""
+        price = float(b.cost) - mu.get(b.index, 0.0)
+        for (pool, name), dual in lam.items():
+            if b.pool_index == pool:
+                price -= dual * b.limit_use.get(name, 0)
+        return price
+
+    def solution(self) -> dict[Pattern, float]:
+        return {p: v.solution_value() for p, v in self.columns.items() if v.solution_value() > EPS}
+
+
+def node_bound(b: Bin, demand: np.ndarray, sizes: np.ndarray) -> int:
+    """The most nodes of bin ``b`` any sensible plan uses (each holds at least one pod)."""
+    if b.count is not None:
+        return b.count
+    return int(sum(int(d) for k, d in enumerate(demand) if b.compatible[k] and max_copies(b.capacity, sizes[k])))
+
+
+def seed_patterns(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray) -> list[Pattern]:
+    """Single-class fills on every bin (every class gets a column wherever it fits) plus mixed fills."""
+    out = []
+    for b in bins:
+        for k in range(len(demand)):
+            if b.compatible[k] and demand[k] > 0:
+                limit = np.zeros(len(demand), dtype=np.int64)
+                limit[k] = demand[k]
+                counts = fill(b, sizes, np.ones(len(demand)), limit, [k])
+                if counts.any():
+                    out.append(Pattern(b.index, tuple(int(c) for c in counts)))
+        counts = greedy_pricing(b, sizes, np.ones(len(demand)), demand)
+        if counts.any():
+            out.append(Pattern(b.index, tuple(int(c) for c in counts)))
+    return out
+
+
+def column_generation(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, objective: Objective,
+                      limits: dict[tuple[int, str], int], initial: list[Pattern],
+                      deadline: float, exact_time: float = 0.5) -> ColumnGenerationResult:
+    master = MasterLP(bins, demand, objective, limits)
+    for pattern in initial + seed_patterns(bins, sizes, demand):
+        master.add(pattern)
+    lower = -np.inf
+    converged = False
+    floors: dict[int, float] = {}
+    iterations = 0
+    value = master.solve()
+    while time.monotonic() < deadline:
+        iterations += 1
+        pi, mu, lam = master.duals()
+        added = 0
+        for b in bins:
+            values = pi - objective.penalties(b)
+            counts = greedy_pricing(b, sizes, values, demand)
+            if counts.any() and master.fixed_price(b, mu, lam) - float(values @ counts) < -EPS:
+                added += master.add(Pattern(b.index, tuple(int(c) for c in counts)))
+        if not added:
+            lagrange = value
+            exact_done = True
+            floors = {}
+            for b in bins:
+                values = pi - objective.penalties(b)
+                remaining = max(deadline - time.monotonic(), 0.05)
+                counts, upper = exact_pricing(b, sizes, values, demand, min(exact_time, remaining))
+                fixed = master.fixed_price(b, mu, lam)
+                if counts.any() and fixed - float(values @ counts) < -EPS:
+                    full = complete(b, sizes, demand, counts)
+                    added += master.add(Pattern(b.index, tuple(int(c) for c in full)))
+                best_rc = fixed - upper
+                floors[b.index] = best_rc
+                if not np.isfinite(best_rc):
+                    exact_done = False
+                elif best_rc < 0:
+                    lagrange += best_rc * node_bound(b, demand, sizes)
+            if exact_done:
+                lower = max(lower, lagrange)
+            if not added:
+                converged = exact_done
+                break
+        value = master.solve()
+    if converged:
+        lower = max(lower, value)
+    return ColumnGenerationResult(patterns=list(master.columns), lp_value=value, lower_bound=float(lower),
+                                  converged=converged, iterations=iterations, lp_solution=master.solution(),
+                                  reduced_cost_floor=floors if converged else {})

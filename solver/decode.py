@@ -1,0 +1,64 @@
+"""From chosen patterns back to pods on nodes, then each new node shrunk to its cheapest fitting offering."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from model.pod import Pod
+from solver.bins import Bin
+from solver.patterns import Pattern
+from solver.placement import NewNode, Placement
+from solver.problem import Problem
+
+
+def decode(problem: Problem, bins: list[Bin], chosen: dict[Pattern, int]) -> Placement:
+    """Fill pattern copies with real pods (surplus slots stay empty); pods left over are unschedulable."""
+    queues: list[list[Pod]] = [list(c.pods) for c in problem.classes]
+    placement = Placement()
+    existing_slots = {b.index: list(b.members) for b in bins if b.existing}
+    # existing capacity first (free), then new nodes largest first so surplus lands on the cheap ones
+    order = sorted(chosen.items(), key=lambda item: (not bins[item[0].bin].existing,
+                                                     -bins[item[0].bin].cost, item[0].bin, item[0].counts))
+    for pattern, copies in order:
+        b = bins[pattern.bin]
+        for _ in range(copies):
+            pods: list[Pod] = []
+            for k, a in enumerate(pattern.counts):
+                take = min(a, len(queues[k]))
+                pods.extend(queues[k][:take])
+                del queues[k][:take]
+            if not pods:
+                continue
+            if b.existing:
+                node = existing_slots[b.index].pop(0)
+                placement.existing.setdefault(node, []).extend(pods)
+            else:
+                placement.new_nodes.append(NewNode(template=b.members[0], pods=pods))
+    placement.unschedulable = [pod for queue in queues for pod in queue]
+    return shrink(problem, placement)
+
+
+def shrink(problem: Problem, placement: Placement) -> Placement:
+    """Move each new node to the cheapest template of its pool that still holds its pods and admits
+    every class on it, without using more of any NodePool limit."""
+    class_of = {pod.key: c.index for c in problem.classes for pod in c.pods}
+    by_pool: dict[str, np.ndarray] = {}
+    for t, tmpl in enumerate(problem.templates):
+        by_pool.setdefault(tmpl.pool.name, []).append(t)  # type: ignore[arg-type]
+    prices = np.array([t.price_micros for t in problem.templates], dtype=np.int64)
+    for node in placement.new_nodes:
+        current = problem.templates[node.template]
+        idx = np.array(by_pool[current.pool.name], dtype=np.int64)
+        load = sum((problem.sizes[class_of[p.key]] for p in node.pods), np.zeros(len(problem.axes), np.int64))
+        ks = sorted({class_of[p.key] for p in node.pods})
+        ok = np.all(problem.template_alloc[idx] >= load, axis=1) & np.all(problem.template_ok[np.ix_(ks, idx)],
+                                                                            axis=0)
+        for name, use in current.limit_use.items():
+            ok &= np.array([problem.templates[t].limit_use.get(name, 0) <= use for t in idx])
+        candidates = idx[ok]
+        if len(candidates):
+            best = min(candidates.tolist(), key=lambda t: (prices[t], problem.templates[t].sort_key))
+            if prices[best] < current.price_micros:
+                node.template = int(best)
+    placement.new_nodes.sort(key=lambda n: (problem.templates[n.template].sort_key, -len(n.pods)))
+    return placement

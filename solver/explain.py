@@ -1,0 +1,50 @@
+"""Reasons for unschedulable pods, phrased so a person can act on them."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from model.pod import Pod
+from model.resources import Resources
+from solver.problem import Problem
+from solver.rules.selection import explain_requirements, explain_taints
+
+
+def explain(problem: Problem, pod: Pod) -> str:
+    """The first rule that rules out every node, checked in the order a person would fix them."""
+    c = next(cl.index for cl in problem.classes if any(p.key == pod.key for p in cl.pods))
+    pod_class = problem.classes[c]
+    if not problem.pools and not problem.existing:
+        return "no NodePool in the snapshot and no existing node with room"
+    if not problem.templates:
+        return "the NodePools' requirements filter out every instance type in the catalog"
+    label_ok = [t for t, tmpl in enumerate(problem.templates) if problem.selection_labels_ok(c, t)]
+    if not label_ok:
+        offered: dict[str, set[str]] = {}
+        for tmpl in problem.templates:
+            for key, value in tmpl.labels.items():
+                offered.setdefault(key, set()).add(value)
+        reason = explain_requirements(pod_class.requirements, offered)
+        return reason or "no NodePool offers nodes whose labels satisfy the pod's node selector / affinity"
+    taint_ok = [t for t in label_ok if problem.template_ok[c, t]]
+    if not taint_ok:
+        pools = sorted({problem.templates[t].pool.name for t in label_ok})
+        taints = "; ".join(f"{p}: {explain_taints(pod_class, problem.templates[t].pool.taints)}"
+                           for p in pools for t in [next(t for t in label_ok
+                                                        if problem.templates[t].pool.name == p)])
+        return f"does not tolerate the taints of the NodePools that match it ({taints})"
+    fits = [t for t in taint_ok if np.all(problem.template_alloc[t] >= problem.sizes[c])]
+    if not fits:
+        biggest = Resources({a: int(problem.template_alloc[taint_ok, i].max()) for i, a in enumerate(problem.axes)})
+        short = pod_class.requests.exceeding(biggest)
+        return (f"requests {pod_class.requests.format()} but the largest compatible instance type leaves "
+                f"at most {', '.join(f'{r}={biggest.to_quantities().get(r, 0)}' for r in short)} "
+                "after DaemonSet overhead")
+    pools = sorted({problem.templates[t].pool.name for t in fits})
+    limited = [p for p in problem.pools if p.name in pools and p.limits_remaining]
+    if limited and len(limited) == len(pools):
+        text = "; ".join(f"NodePool {p.name} limit "
+                         + ", ".join(f"{k}={v}" for k, v in sorted(p.nodepool.limits.to_quantities().items()))
+                         + " reached" for p in limited)
+        return text
+    return "no room left within NodePool limits and existing capacity for this pod"

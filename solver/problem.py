@@ -1,0 +1,120 @@
+"""The compiled batch: pod classes, node templates and existing free capacity as integer matrices.
+
+Everything downstream (greedy, column generation, the CP-SAT master, explanations) reads this one
+structure, so a rule's verdict on a (class, node) pair is computed once, here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from model.labels import INITIALIZED
+from model.node import Node
+from model.pod import Pod
+from model.resources import CPU, MEMORY, PODS, Resources
+from model.snapshot import Snapshot
+from solver.classes import PodClass, build_classes
+from solver.rules.daemonsets import missing_daemon_overhead
+from solver.rules.selection import SelectionRule
+from solver.templates import NodeTemplate, PoolInfo, build_templates, pool_infos
+
+
+@dataclass(frozen=True)
+class ExistingCapacity:
+    """An existing node (or a launched NodeClaim) and what is still free on it for pending pods."""
+
+    node: Node
+    free: Resources
+    initialized: bool
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+
+@dataclass
+class Problem:
+    snapshot: Snapshot
+    classes: list[PodClass]
+    pools: list[PoolInfo]
+    templates: list[NodeTemplate]
+    existing: list[ExistingCapacity]
+    axes: tuple[str, ...]
+    #: class requests, shape (C, R)
+    sizes: np.ndarray
+    #: template allocatable after daemon overhead, shape (T, R)
+    template_alloc: np.ndarray
+    #: existing free capacity, shape (E, R)
+    existing_free: np.ndarray
+    #: may class c use template t / existing node e (selection + taints), shapes (C, T), (C, E)
+    template_ok: np.ndarray
+    existing_ok: np.ndarray
+    rule: SelectionRule
+
+    def selection_labels_ok(self, c: int, t: int) -> bool:
+        """Labels only (no taints): used to tell a person which rule refused a pod."""
+        return self.rule.accepts_labels(self.classes[c], self.templates[t].labels)
+
+    @property
+    def demand(self) -> np.ndarray:
+        return np.array([c.demand for c in self.classes], dtype=np.int64)
+
+
+def resource_axes(classes: list[PodClass]) -> tuple[str, ...]:
+    """Resources any pending pod asks for, cpu/memory/pods first (these are the knapsack dimensions)."""
+    names = {name for c in classes for name in c.requests}
+    head = [CPU, MEMORY, PODS]
+    return tuple(head + sorted(names - set(head)))
+
+
+def vector(resources: Resources, axes: tuple[str, ...]) -> list[int]:
+    return [resources[a] for a in axes]
+
+
+def existing_capacity(snapshot: Snapshot) -> list[ExistingCapacity]:
+    """Schedulable existing nodes with their free capacity, in Karpenter's order (initialized, name)."""
+    bound: dict[str, list[Pod]] = {}
+    for pod in snapshot.pods:
+        if pod.node_name and not pod.terminal:
+            bound.setdefault(pod.node_name, []).append(pod)
+    out = []
+    for node in snapshot.nodes:
+        if node.unschedulable or node.deleting or not node.ready:
+            continue
+        pods = bound.get(node.name, [])
+        used = Resources()
+        for pod in pods:
+            used = used + pod.requests
+        free = node.allocatable - used - missing_daemon_overhead(snapshot.daemonsets, node, pods)
+        initialized = node.labels.get(INITIALIZED, "true") == "true"
+        out.append(ExistingCapacity(node=node, free=free, initialized=initialized))
+    out.sort(key=lambda e: (not e.initialized, e.name))
+    return out
+
+
+def compile_problem(snapshot: Snapshot, pods: list[Pod] | None = None) -> Problem:
+    pending = snapshot.pending_pods() if pods is None else pods
+    classes = build_classes(pending)
+    templates = build_templates(snapshot, classes)
+    existing = existing_capacity(snapshot)
+    axes = resource_axes(classes)
+    rule = SelectionRule()
+    template_ok = np.zeros((len(classes), len(templates)), dtype=bool)
+    existing_ok = np.zeros((len(classes), len(existing)), dtype=bool)
+    for c in classes:
+        for t, tmpl in enumerate(templates):
+            template_ok[c.index, t] = rule.admits(c, tmpl.labels, tmpl.pool.taints)
+        for e, cap in enumerate(existing):
+            existing_ok[c.index, e] = rule.admits(c, cap.node.labels, cap.node.taints)
+    sizes = np.array([vector(c.requests, axes) for c in classes], dtype=np.int64).reshape(len(classes), len(axes))
+    template_alloc = np.array([vector(t.allocatable, axes) for t in templates],
+                              dtype=np.int64).reshape(len(templates), len(axes))
+    existing_free = np.array([vector(e.free, axes) for e in existing],
+                             dtype=np.int64).reshape(len(existing), len(axes))
+    # a class that requests a resource a node lacks (zero allocatable) fits nowhere there; sizes cover it
+    return Problem(snapshot=snapshot, classes=classes, pools=pool_infos(snapshot), templates=templates,
+                   existing=existing, axes=axes, sizes=sizes, template_alloc=template_alloc,
+                   existing_free=existing_free, template_ok=template_ok, existing_ok=existing_ok,
+                   rule=rule)

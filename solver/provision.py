@@ -1,0 +1,285 @@
+"""Provisioning: snapshot in, ProvisioningPlan out.
+
+Pipeline: compile the batch (classes, templates, existing capacity) → greedy plan (Karpenter's
+algorithm, always a valid answer) → column generation (patterns + LP lower bound) → CP-SAT integer
+master warm-started from greedy → decode and shrink → keep the better of CP-SAT and greedy.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from model.instancetype import MICRO
+from model.plan import (
+    ExistingNodeAssignment,
+    PlanCost,
+    PlannedNodeClaim,
+    ProvisioningPlan,
+    SolverReport,
+    UnschedulablePod,
+)
+from model.resources import Resources
+from model.snapshot import Snapshot
+from solver.bins import Bin, bin_of_template, build_bins
+from solver.colgen import ColumnGenerationResult, Objective, column_generation
+from solver.decode import decode, shrink
+from solver.explain import explain
+from solver.greedy import greedy_placement
+from solver.master import solve_master
+from solver.patterns import Pattern
+from solver.placement import Placement
+from solver.problem import Problem, compile_problem
+from solver.proof import prove, slot_bounds
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    time_limit: float = 10.0
+    seed: int = 0
+    workers: int = 2
+    #: share of the time limit column generation may use before the integer master starts
+    colgen_share: float = 0.4
+    #: stop the integer search once the plan is within this relative gap of the lower bound
+    gap: float = 0.0
+    deterministic: bool = True
+    #: largest compact model (node slots) the optimality proof may build
+    max_proof_slots: int = 600
+    on_progress: Callable[[float, float], None] | None = field(default=None, compare=False)
+
+
+@dataclass
+class SolveResult:
+    plan: ProvisioningPlan
+    placement: Placement
+    greedy: Placement
+    problem: Problem
+
+
+def _limits(problem: Problem) -> dict[tuple[int, str], int]:
+    return {(i, name): value for i, pool in enumerate(problem.pools)
+            for name, value in pool.limits_remaining.items()}
+
+
+def _objective(problem: Problem, bins: list[Bin]) -> Objective:
+    """Weights that make the single objective lexicographic: unscheduled pods ≫ NodePool weight ≫ cost.
+
+    A pod may land below its best NodePool only when that saves scheduling some pod; one pod moving up
+    a pool can cost at most one more node, so a per-pod penalty above the dearest node keeps the order.
+    """
+    costs = [b.cost for b in bins] or [1]
+    ranks = [b.rank for b in bins if not b.existing]
+    reachable = [{b.rank for b in bins if not b.existing and b.compatible[c.index]} for c in problem.classes]
+    best = np.array([min(r, default=0) for r in reachable], dtype=np.int64)
+    rank_weight = (max(costs) + 1) if any(len(r) > 1 for r in reachable) else 0
+    unscheduled = (rank_weight * (max(ranks, default=0) + 1) + max(costs) + 1) * 4
+    return Objective(rank_weight=rank_weight, unscheduled_weight=unscheduled, best_rank=best)
+
+
+def _patterns_of(problem: Problem, bins: list[Bin], placement: Placement) -> dict[Pattern, int]:
+    """Express a placement (greedy's) as pattern counts, for warm starts."""
+    class_of = {pod.key: c.index for c in problem.classes for pod in c.pods}
+    out: dict[Pattern, int] = {}
+    existing_bin = {e: b.index for b in bins if b.existing for e in b.members}
+    nodes: list[tuple[int, list[str]]] = []
+    for e, pods in placement.existing.items():
+        if e in existing_bin:
+            nodes.append((existing_bin[e], [p.key for p in pods]))
+    for node in placement.new_nodes:
+        nodes.append((bin_of_template(bins, problem, node.template), [p.key for p in node.pods]))
+    for b, keys in nodes:
+        counts = [0] * len(problem.classes)
+        for key in keys:
+            counts[class_of[key]] += 1
+        pattern = Pattern(b, tuple(counts))
+        out[pattern] = out.get(pattern, 0) + 1
+    return out
+
+
+def _score(problem: Problem, objective: Objective, placement: Placement) -> tuple[int, int, int]:
+    penalty = 0
+    class_of = {pod.key: c.index for c in problem.classes for pod in c.pods}
+    for node in placement.new_nodes:
+        rank = problem.templates[node.template].pool.rank
+        penalty += sum(max(rank - int(objective.best_rank[class_of[p.key]]), 0) for p in node.pods)
+    return (len(placement.unschedulable), penalty, placement.cost_micros(problem))
+
+
+def placeable_demand(problem: Problem, bins: list[Bin]) -> np.ndarray:
+    """Demand per class, zero for classes no bin admits and holds (they are unschedulable outright)."""
+    demand = problem.demand.copy()
+    for c in problem.classes:
+        if not any(b.compatible[c.index] and bool(np.all(b.capacity >= problem.sizes[c.index])) for b in bins):
+            demand[c.index] = 0
+    return demand
+
+
+def _scheduled_demand(problem: Problem, placement: Placement) -> np.ndarray:
+    unscheduled = {p.key for p in placement.unschedulable}
+    return np.array([sum(1 for p in c.pods if p.key not in unscheduled) for c in problem.classes],
+                    dtype=np.int64)
+
+
+def lower_bound(problem: Problem, bins: list[Bin], placement: Placement, deadline: float,
+                initial: list[Pattern]) -> tuple[float, bool]:
+    """A certified lower bound on the cost of any plan that schedules the same pods (micro-units)."""
+    demand = _scheduled_demand(problem, placement)
+    if not demand.any():
+        return 0.0, True
+    objective = Objective(rank_weight=0, unscheduled_weight=0, best_rank=np.zeros(len(demand), np.int64))
+    # unscheduled slack priced at the most any pod could cost keeps the LP feasible under limits
+    objective.unscheduled_weight = max(b.cost for b in bins) + 1
+    result = column_generation(bins, problem.sizes, demand, objective, _limits(problem), initial, deadline)
+    return max(result.lower_bound, 0.0), result.converged
+
+
+def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResult:
+    options = options or SolveOptions()
+    started = time.monotonic()
+    deadline = started + options.time_limit
+    problem = compile_problem(snapshot)
+    greedy_started = time.monotonic()
+    greedy = shrink(problem, greedy_placement(problem))
+    greedy_seconds = time.monotonic() - greedy_started
+    stats = _Stats(greedy_seconds=greedy_seconds)
+    if not problem.classes:
+        return _result(problem, greedy, greedy, 0.0, "EMPTY", started, options, stats)
+    bins = build_bins(problem)
+    stats.bins = len(bins)
+    objective = _objective(problem, bins)
+    greedy_patterns = _patterns_of(problem, bins, greedy)
+    limits = _limits(problem)
+    demand = placeable_demand(problem, bins)
+    cg = column_generation(bins, problem.sizes, demand, objective, limits, list(greedy_patterns),
+                           started + options.time_limit * options.colgen_share)
+    stats.patterns = len(cg.patterns)
+    bound = cg.lower_bound if np.isfinite(cg.lower_bound) else 0.0
+    greedy_score = _score(problem, objective, greedy)
+    placement, status = greedy, "GREEDY"
+    hint = greedy_patterns
+    provable = cg.converged and objective.rank_weight == 0 and bool(cg.reduced_cost_floor)
+    for attempt in range(2):
+        remaining = deadline - time.monotonic()
+        budget = min(1.0, 0.3 * remaining) if attempt == 0 and provable else 0.9 * remaining
+        master = solve_master(bins, cg.patterns, demand, objective, limits, hint, time_limit=budget, seed=options.seed,
+                              workers=options.workers, deterministic=options.deterministic, lower_bound=bound,
+                              gap=options.gap, on_solution=options.on_progress)
+        if master is None:
+            stats.notes.append("CP-SAT found no plan in time; the best plan so far is returned")
+            break
+        candidate = decode(problem, bins, master.chosen)
+        if _score(problem, objective, candidate) <= min(greedy_score, _score(problem, objective, placement)):
+            placement, status = candidate, "FEASIBLE"
+        if master.status == "OPTIMAL" and master.objective <= bound + 0.5:
+            status = "OPTIMAL"
+        if status == "OPTIMAL" or master.objective <= bound * (1 + options.gap) or time.monotonic() >= deadline:
+            break
+        if provable and _all_placeable_scheduled(problem, demand, placement):
+            cost = placement.cost_micros(problem)
+            slots = sum(slot_bounds(bins, problem.sizes, demand, cg.reduced_cost_floor, cost - cg.lp_value,
+                                    cost).values())
+            if slots <= options.max_proof_slots:
+                outcome = _try_proof(problem, bins, demand, limits, cg, objective, options, deadline, placement,
+                                     status, stats)
+                placement, status = outcome if isinstance(outcome, tuple) else (placement, outcome)
+                break
+        hint = _patterns_of(problem, bins, placement)
+    if status == "GREEDY" and placement is greedy:
+        stats.notes.append("no CP-SAT plan beat greedy; greedy plan returned")
+    cost = placement.cost_micros(problem)
+    if status == "OPTIMAL":
+        stats.bound_method = "proven optimal (CP-SAT over reduced-cost-filtered slots)"
+        reported = float(cost)
+    elif objective.rank_weight == 0 and _all_placeable_scheduled(problem, demand, placement):
+        stats.bound_method = "column generation LP" + ("" if cg.converged else " (Lagrangian, not converged)")
+        reported = bound
+    else:
+        reported, _ = lower_bound(problem, bins, placement, max(deadline, time.monotonic() + 1.0), cg.patterns)
+        stats.bound_method = "column generation LP over the pods this plan schedules"
+    stats.lp_bound = cg.lp_value if cg.converged else None
+    return _result(problem, placement, greedy, reported, status, started, options, stats)
+
+
+def _all_placeable_scheduled(problem: Problem, demand: np.ndarray, placement: Placement) -> bool:
+    return len(placement.unschedulable) == int((problem.demand - demand).sum())
+
+
+def _try_proof(problem: Problem, bins: list[Bin], demand: np.ndarray, limits: dict[tuple[int, str], int],
+               cg: ColumnGenerationResult, objective: Objective, options: SolveOptions, deadline: float,
+               placement: Placement, status: str, stats: _Stats) -> str | tuple[Placement, str]:
+    """Prove the plan optimal, or replace it with the better plan the proof finds."""
+    if not _all_placeable_scheduled(problem, demand, placement):
+        return status
+    incumbent = _patterns_of(problem, bins, placement)
+    cost = placement.cost_micros(problem)
+    proof = prove(bins, problem.sizes, demand, limits, cg.reduced_cost_floor, cg.lp_value, incumbent, cost,
+                  time_limit=deadline - time.monotonic(), seed=options.seed, workers=options.workers,
+                  deterministic=options.deterministic, max_slots=options.max_proof_slots)
+    stats.notes.append(f"optimality proof: {proof.status} over {proof.slots} node slots")
+    if proof.improved:
+        better = decode(problem, bins, proof.improved)
+        if _score(problem, objective, better) < _score(problem, objective, placement):
+            return better, "OPTIMAL" if proof.proven else "FEASIBLE"
+    return "OPTIMAL" if proof.proven else status
+
+
+@dataclass
+class _Stats:
+    greedy_seconds: float = 0.0
+    bins: int = 0
+    patterns: int = 0
+    bound_method: str = "none"
+    lp_bound: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _result(problem: Problem, placement: Placement, greedy: Placement, bound: float, status: str,
+            started: float, options: SolveOptions, stats: _Stats) -> SolveResult:
+    plan = to_plan(problem, placement, greedy, bound, status, started, options, stats)
+    return SolveResult(plan=plan, placement=placement, greedy=greedy, problem=problem)
+
+
+def _claim_name(index: int, pool: str) -> str:
+    return f"{pool}-{index:05d}"
+
+
+def to_plan(problem: Problem, placement: Placement, greedy: Placement, bound_micros: float, status: str,
+            started: float, options: SolveOptions, stats: _Stats) -> ProvisioningPlan:
+    claims = []
+    for i, node in enumerate(placement.new_nodes):
+        tmpl = problem.templates[node.template]
+        requests = Resources()
+        for pod in node.pods:
+            requests = requests + pod.requests
+        claims.append(PlannedNodeClaim(
+            name=_claim_name(i, tmpl.pool.name), node_pool=tmpl.pool.name,
+            instance_type=tmpl.instance_type.name, zone=tmpl.offering.zone,
+            capacity_type=tmpl.offering.capacity_type, price=tmpl.offering.price,
+            pods=sorted(p.key for p in node.pods), labels=dict(sorted(tmpl.labels.items())),
+            requests=(requests + tmpl.daemon_overhead).to_quantities(),
+            allocatable=tmpl.instance_type.allocatable.to_quantities()))
+    existing = [ExistingNodeAssignment(name=problem.existing[e].name, pods=sorted(p.key for p in pods))
+                for e, pods in sorted(placement.existing.items(), key=lambda kv: problem.existing[kv[0]].name)]
+    unschedulable = [UnschedulablePod(pod=p.key, reason=explain(problem, p))
+                     for p in sorted(placement.unschedulable, key=lambda p: p.key)]
+    total = sum(c.price for c in claims)
+    cost_micros = placement.cost_micros(problem)
+    if bound_micros > cost_micros + 1e-6 * max(cost_micros, 1):
+        raise AssertionError(f"lower bound {bound_micros} above plan cost {cost_micros}: solver defect")
+    bound = min(bound_micros, cost_micros) / MICRO
+    if status == "OPTIMAL":
+        bound = sum(c.price for c in claims)
+    greedy_cost = greedy.cost_micros(problem) / MICRO
+    return ProvisioningPlan(
+        node_claims=claims, existing_nodes=existing, unschedulable=unschedulable,
+        cost=PlanCost(total=round(total, 6), lower_bound=round(bound, 6),
+                      gap=round(total / bound - 1, 6) if bound > 0 else (0.0 if total == 0 else None),
+                      greedy=round(greedy_cost, 6),
+                      lp_bound=round(stats.lp_bound / MICRO, 6) if stats.lp_bound is not None else None),
+        solver=SolverReport(status=status, wall_seconds=round(time.monotonic() - started, 3), seed=options.seed,
+                            time_limit_seconds=options.time_limit, pod_classes=len(problem.classes),
+                            templates=stats.bins, patterns=stats.patterns, bound_method=stats.bound_method,
+                            greedy_seconds=round(stats.greedy_seconds, 3), notes=stats.notes))

@@ -1,0 +1,39 @@
+"""DaemonSet overhead: every DaemonSet whose pod would run on a node takes part of that node.
+
+A daemon pod runs on a node when it tolerates the node's taints (PreferNoSchedule never blocks a daemon;
+startupTaints are ignored, as Karpenter does) and its nodeSelector / required node affinity accept the
+node's labels. Its requests are then reserved before any pending pod is placed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from model.node import Node
+from model.pod import Pod
+from model.resources import Resources
+from model.taints import Taint, untolerated
+from model.workload import DaemonSet
+
+
+def daemon_runs_on(daemon: Pod, labels: Mapping[str, str], taints: Sequence[Taint]) -> bool:
+    return not untolerated(daemon.tolerations, taints) and daemon.accepts_labels(labels)
+
+
+def daemon_overhead(daemonsets: Iterable[DaemonSet], labels: Mapping[str, str],
+                    taints: Sequence[Taint]) -> Resources:
+    total = Resources()
+    for ds in daemonsets:
+        if daemon_runs_on(ds.pod, labels, taints):
+            total = total + ds.pod.requests
+    return total
+
+
+def missing_daemon_overhead(daemonsets: Iterable[DaemonSet], node: Node, bound: Iterable[Pod]) -> Resources:
+    """Requests of daemons that should run on an existing node but have no pod there yet."""
+    running = {(p.namespace, p.owner_name) for p in bound if p.owner_kind == "DaemonSet"}
+    missing = Resources()
+    for ds in daemonsets:
+        if (ds.namespace, ds.name) not in running and daemon_runs_on(ds.pod, node.labels, node.taints):
+            missing = missing + ds.pod.requests
+    return missing

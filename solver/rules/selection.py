@@ -1,0 +1,58 @@
+"""Node selection: nodeSelector and required node affinity against node labels, and taints.
+
+Both are Kubernetes' own predicates from ``model``; this module applies them to pod classes and node
+templates, caches the answers (many templates share the labels a class looks at), and phrases refusals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from model.requirements import Requirements
+from model.taints import Taint, untolerated
+from solver.classes import PodClass
+
+
+class SelectionRule:
+    """Does a class accept a node's labels and tolerate its taints? Memoised per projected label set."""
+
+    def __init__(self) -> None:
+        self._label_cache: dict[tuple[int, tuple[tuple[str, str | None], ...]], bool] = {}
+        self._keys: dict[int, tuple[str, ...]] = {}
+
+    def _class_keys(self, pod_class: PodClass) -> tuple[str, ...]:
+        keys = self._keys.get(pod_class.index)
+        if keys is None:
+            keys = tuple(sorted({k for reqs in pod_class.requirements for k in reqs.keys()}))
+            self._keys[pod_class.index] = keys
+        return keys
+
+    def accepts_labels(self, pod_class: PodClass, labels: Mapping[str, str]) -> bool:
+        projected = tuple((k, labels.get(k)) for k in self._class_keys(pod_class))
+        cache_key = (pod_class.index, projected)
+        hit = self._label_cache.get(cache_key)
+        if hit is None:
+            hit = pod_class.representative.accepts_labels(labels)
+            self._label_cache[cache_key] = hit
+        return hit
+
+    def admits(self, pod_class: PodClass, labels: Mapping[str, str], taints: Sequence[Taint]) -> bool:
+        return not untolerated(pod_class.tolerations, taints) and self.accepts_labels(pod_class, labels)
+
+
+def explain_requirements(alternatives: Sequence[Requirements], offered: Mapping[str, set[str]]) -> str:
+    """Why no node label set satisfies the pod: the first failing requirement and what pools offer."""
+    reasons = []
+    for reqs in alternatives:
+        for req in reqs.items:
+            values = offered.get(req.key, set())
+            if not any(req.allows_value(v) for v in values) and not (req.allows_value(None) and not values):
+                allowed = ", ".join(sorted(values)) if values else "no value"
+                reasons.append(f"requires {req.describe()}; NodePools allow {req.key} {allowed}")
+                break
+    return reasons[0] if reasons else ""
+
+
+def explain_taints(pod_class: PodClass, taints: Sequence[Taint]) -> str:
+    missing = untolerated(pod_class.tolerations, taints)
+    return ", ".join(t.describe() for t in missing)
