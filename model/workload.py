@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from model.fields import RawObject
 from model.pod import Pod
-from model.taints import Toleration
+from model.taints import Taint, Toleration, untolerated
 
 #: Tolerations the DaemonSet controller adds to every daemon pod (kubernetes/pkg/controller/daemon/util).
 DAEMON_DEFAULT_TOLERATIONS = (
@@ -34,6 +34,14 @@ class DaemonSet(BaseModel):
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    def runs_on(self, labels: Mapping[str, str], taints: Sequence[Taint]) -> bool:
+        """Would the DaemonSet controller run a pod on a node with these labels and taints?
+
+        Its pod must tolerate every NoSchedule/NoExecute taint and its nodeSelector / required node
+        affinity must accept the labels; PreferNoSchedule never keeps a daemon away.
+        """
+        return not untolerated(self.pod.tolerations, taints) and self.pod.accepts_labels(labels)
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> DaemonSet:

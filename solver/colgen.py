@@ -9,15 +9,26 @@ reduced cost the LP value is the Gilmore–Gomory bound; before that, the Lagran
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 from ortools.linear_solver import pywraplp
 
 from solver.bins import Bin
-from solver.patterns import Pattern, complete, exact_pricing, fill, greedy_pricing, max_copies
+from solver.patterns import (
+    Pattern,
+    complete,
+    exact_pricing,
+    fill,
+    fractional_upper_bound,
+    greedy_pricing,
+    max_copies,
+)
 
 EPS = 1e-6
+DEBUG = False
+
 
 
 @dataclass
@@ -47,6 +58,7 @@ class ColumnGenerationResult:
     lp_solution: dict[Pattern, float] = field(default_factory=dict)
     #: at convergence: a lower bound on the reduced cost of any pattern on each bin (≥ 0 up to tolerance)
     reduced_cost_floor: dict[int, float] = field(default_factory=dict)
+    master: MasterLP | None = None
 
 
 class MasterLP:
@@ -106,6 +118,28 @@ class MasterLP:
                 price -= dual * b.limit_use.get(name, 0)
         return price
 
+    def set_demand(self, demand: np.ndarray) -> None:
+        self.demand = demand
+        for row, d in zip(self.cover, demand, strict=True):
+            row.SetLb(float(d))
+
+    def set_count(self, b: int, count: int) -> None:
+        self.count_rows[b].SetUb(float(max(count, 0)))
+
+    def set_limit(self, key: tuple[int, str], value: int) -> None:
+        self.limit_rows[key].SetUb(float(max(value, 0)))
+
+    def price_greedily(self, bins: list[Bin], sizes: np.ndarray) -> int:
+        """One round of heuristic pricing at the current duals; returns the columns added."""
+        pi, mu, lam = self.duals()
+        added = 0
+        for b in bins:
+            values = pi - self.objective.penalties(b)
+            counts = greedy_pricing(b, sizes, values, self.demand)
+            if counts.any() and self.fixed_price(b, mu, lam) - float(values @ counts) < -EPS:
+                added += self.add(Pattern(b.index, tuple(int(c) for c in counts)))
+        return added
+
     def solution(self) -> dict[Pattern, float]:
         return {p: v.solution_value() for p, v in self.columns.items() if v.solution_value() > EPS}
 
@@ -115,6 +149,26 @@ def node_bound(b: Bin, demand: np.ndarray, sizes: np.ndarray) -> int:
     if b.count is not None:
         return b.count
     return int(sum(int(d) for k, d in enumerate(demand) if b.compatible[k] and max_copies(b.capacity, sizes[k])))
+
+
+def farley_bound(bins: list[Bin], lp_value: float, floors: dict[int, float]) -> float:
+    """A valid lower bound from a non-converged LP (Farley / Lagrangian).
+
+    Any plan x satisfies cost(x) ≥ LP + Σ_b floor_b · n_b. Existing bins have at most ``count`` nodes; for
+    new bins floor_b · n_b ≥ θ · cost_b · n_b with θ = min_b floor_b / cost_b ≤ 0, so
+    cost(x) ≥ (LP + Σ_existing min(0, floor)·count) / (1 − θ).
+    """
+    base = lp_value
+    theta = 0.0
+    for i, floor in floors.items():
+        b = bins[i]
+        if floor >= 0:
+            continue
+        if b.count is not None and b.cost == 0:
+            base += floor * b.count
+        elif b.cost > 0:
+            theta = min(theta, floor / b.cost)
+    return base / (1.0 - theta)
 
 
 def seed_patterns(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray) -> list[Pattern]:
@@ -134,52 +188,77 @@ def seed_patterns(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray) -> lis
     return out
 
 
+def _exact_round(master: MasterLP, bins: list[Bin], sizes: np.ndarray, demand: np.ndarray,
+                 objective: Objective, pi: np.ndarray, mu: dict[int, float], lam: dict[tuple[int, str], float],
+                 deadline: float, exact_time: float, pool: ThreadPoolExecutor
+                 ) -> tuple[int, dict[int, float] | None]:
+    """Exact pricing over every bin (CP-SAT knapsacks run on the worker threads), adding each improving
+    column. Returns the columns added and, when every bin was priced, each bin's reduced-cost floor."""
+    floors: dict[int, float] = {}
+    jobs = []
+    for b in bins:
+        values = pi - objective.penalties(b)
+        fixed = master.fixed_price(b, mu, lam)
+        cheap = fractional_upper_bound(b, sizes, values, demand)
+        if fixed - cheap >= -EPS:
+            floors[b.index] = fixed - cheap
+            continue
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return 0, None
+        future = pool.submit(exact_pricing, b, sizes, values, demand, min(exact_time, remaining))
+        jobs.append((b, values, fixed, cheap, future))
+    added = 0
+    complete_round = True
+    for b, values, fixed, cheap, future in jobs:
+        counts, upper = future.result()
+        floors[b.index] = fixed - min(upper, cheap)
+        if not np.isfinite(floors[b.index]):
+            complete_round = False
+        if counts.any() and fixed - float(values @ counts) < -EPS:
+            added += master.add(Pattern(b.index, tuple(int(c) for c in complete(b, sizes, demand, counts))))
+    return added, floors if complete_round else None
+
+
 def column_generation(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, objective: Objective,
                       limits: dict[tuple[int, str], int], initial: list[Pattern],
-                      deadline: float, exact_time: float = 0.5) -> ColumnGenerationResult:
+                      deadline: float, exact_time: float = 0.1, tolerance: float = 0.0,
+                      workers: int = 2) -> ColumnGenerationResult:
+    """Generate patterns until the LP is solved (or its bound is within ``tolerance``) or time is up."""
     master = MasterLP(bins, demand, objective, limits)
     for pattern in initial + seed_patterns(bins, sizes, demand):
         master.add(pattern)
     lower = -np.inf
     converged = False
-    floors: dict[int, float] = {}
+    final_floors: dict[int, float] = {}
+    last_rc: dict[int, float] = {}
+    pool = ThreadPoolExecutor(max_workers=max(workers, 1), thread_name_prefix="pricing")
     iterations = 0
     value = master.solve()
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and value - lower > tolerance * max(value, 1.0):
         iterations += 1
         pi, mu, lam = master.duals()
         added = 0
         for b in bins:
             values = pi - objective.penalties(b)
             counts = greedy_pricing(b, sizes, values, demand)
-            if counts.any() and master.fixed_price(b, mu, lam) - float(values @ counts) < -EPS:
+            last_rc[b.index] = master.fixed_price(b, mu, lam) - float(values @ counts)
+            if counts.any() and last_rc[b.index] < -EPS:
                 added += master.add(Pattern(b.index, tuple(int(c) for c in counts)))
         if not added:
-            lagrange = value
-            exact_done = True
-            floors = {}
-            for b in bins:
-                values = pi - objective.penalties(b)
-                remaining = max(deadline - time.monotonic(), 0.05)
-                counts, upper = exact_pricing(b, sizes, values, demand, min(exact_time, remaining))
-                fixed = master.fixed_price(b, mu, lam)
-                if counts.any() and fixed - float(values @ counts) < -EPS:
-                    full = complete(b, sizes, demand, counts)
-                    added += master.add(Pattern(b.index, tuple(int(c) for c in full)))
-                best_rc = fixed - upper
-                floors[b.index] = best_rc
-                if not np.isfinite(best_rc):
-                    exact_done = False
-                elif best_rc < 0:
-                    lagrange += best_rc * node_bound(b, demand, sizes)
-            if exact_done:
-                lower = max(lower, lagrange)
-            if not added:
-                converged = exact_done
-                break
+            added, floors = _exact_round(master, bins, sizes, demand, objective, pi, mu, lam, deadline,
+                                         exact_time, pool)
+            if floors is not None:
+                lower = max(lower, farley_bound(bins, value, floors))
+                if DEBUG: print(f"{time.monotonic():.2f} value {value:.0f} farley {lower:.0f} added {added}")
+                if not added:
+                    converged = True
+                    final_floors = floors
+                    break
         value = master.solve()
+    pool.shutdown(wait=True)
     if converged:
         lower = max(lower, value)
     return ColumnGenerationResult(patterns=list(master.columns), lp_value=value, lower_bound=float(lower),
                                   converged=converged, iterations=iterations, lp_solution=master.solution(),
-                                  reduced_cost_floor=floors if converged else {})
+                                  reduced_cost_floor=final_floors, master=master)

@@ -31,6 +31,9 @@ class _Claim:
     requests: np.ndarray
     pods: list[Pod] = field(default_factory=list)
     order: int = 0
+    #: per-resource maximum over the candidates: a cheap first test before narrowing
+    ceiling: list[int] = field(default_factory=list)
+    used: list[int] = field(default_factory=list)
 
 
 class GreedyScheduler:
@@ -90,11 +93,16 @@ class GreedyScheduler:
                 placement.existing.setdefault(e, []).append(pod)
                 continue
             placed = False
+            size_list = size.tolist()
             for claim in sorted(claims, key=lambda cl: (len(cl.pods), cl.order)):
+                if any(r + z > m for r, z, m in zip(claim.used, size_list, claim.ceiling, strict=True)):
+                    continue
                 total = claim.requests + size
                 narrowed = self._narrow(claim, c, total)
                 if len(narrowed):
                     claim.candidates, claim.requests = narrowed, total
+                    claim.ceiling = self.p.template_alloc[narrowed].max(axis=0).tolist()
+                    claim.used = total.tolist()
                     claim.pods.append(pod)
                     placed = True
                     break
@@ -105,6 +113,8 @@ class GreedyScheduler:
                 placement.unschedulable.append(pod)
                 continue
             claim.pods.append(pod)
+            claim.ceiling = self.p.template_alloc[claim.candidates].max(axis=0).tolist()
+            claim.used = size_list
             claims.append(claim)
         for claim in claims:
             placement.new_nodes.append(NewNode(template=self._cheapest(claim.candidates), pods=claim.pods))

@@ -49,9 +49,11 @@ class _Progress(cp_model.CpSolverSolutionCallback):
 def solve_master(bins: list[Bin], patterns: list[Pattern], demand: np.ndarray, objective: Objective,
                  limits: dict[tuple[int, str], int], hint: dict[Pattern, int] | None, time_limit: float,
                  seed: int, workers: int, deterministic: bool, lower_bound: float = 0.0, gap: float = 0.0,
-                 on_solution: Callable[[float, float], None] | None = None) -> MasterResult | None:
+                 on_solution: Callable[[float, float], None] | None = None,
+                 at_least: dict[Pattern, int] | None = None) -> MasterResult | None:
     """Solve the pattern IP; ``lower_bound`` (any valid bound on the objective) is added as a cut and
-    ends the search early once a plan is within ``gap`` of it."""
+    ends the search early once a plan is within ``gap`` of it. ``at_least`` fixes a floor on some pattern
+    counts (LP rounding: keep the integer part of the LP and let CP-SAT decide only the rest)."""
     model = cp_model.CpModel()
     x: dict[Pattern, cp_model.IntVar] = {}
     for i, p in enumerate(patterns):
@@ -61,8 +63,9 @@ def solve_master(bins: list[Bin], patterns: list[Pattern], demand: np.ndarray, o
         upper = int(np.max(-(-demand[used] // counts[used]))) if used.any() else 0
         if b.count is not None:
             upper = min(upper, b.count)
+        low = min((at_least or {}).get(p, 0), upper)
         if upper > 0:
-            x[p] = model.new_int_var(0, upper, f"x{i}_bin{p.bin}")
+            x[p] = model.new_int_var(low, upper, f"x{i}_bin{p.bin}")
     u = [model.new_int_var(0, int(d), f"unscheduled_{k}") for k, d in enumerate(demand)]
     for k, d in enumerate(demand):
         terms = [p.counts[k] * var for p, var in x.items() if p.counts[k]]

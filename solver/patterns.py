@@ -28,52 +28,99 @@ class Pattern:
 
 def max_copies(capacity: np.ndarray, size: np.ndarray) -> int:
     """How many pods of this size fit in this capacity, alone."""
-    used = size > 0
-    if np.any(capacity[used] < 0):
-        return 0
-    if not used.any():
-        return 1 << 30
-    return int(np.min(capacity[used] // size[used]))
+    return _copies(capacity.tolist(), size.tolist())
+
+
+def _copies(free: list[int], size: list[int]) -> int:
+    best = 1 << 30
+    for f, z in zip(free, size, strict=True):
+        if z > 0:
+            if f < z:
+                return 0
+            best = min(best, f // z)
+    return best
 
 
 def fill(b: Bin, sizes: np.ndarray, values: np.ndarray, limit: np.ndarray, order: list[int]) -> np.ndarray:
     """Greedy fill of ``b`` taking classes in ``order``, each up to ``limit``."""
-    counts = np.zeros(len(sizes), dtype=np.int64)
-    free = b.capacity.copy()
+    rows = sizes.tolist()
+    counts = [0] * len(rows)
+    free = b.capacity.tolist()
     for k in order:
         if limit[k] <= 0 or not b.compatible[k]:
             continue
-        n = min(int(limit[k]), max_copies(free, sizes[k]))
+        n = min(int(limit[k]), _copies(free, rows[k]))
         if n > 0:
             counts[k] = n
-            free -= n * sizes[k]
-    return counts
+            free = [f - n * z for f, z in zip(free, rows[k], strict=True)]
+    return np.array(counts, dtype=np.int64)
 
 
-def density_order(b: Bin, sizes: np.ndarray, values: np.ndarray) -> list[int]:
+def density_order(b: Bin, sizes: np.ndarray, values: np.ndarray, axis: int | None = None) -> list[int]:
+    """Classes by value per unit of size: of one resource (``axis``) or of the normalised sum."""
     cap = np.maximum(b.capacity, 1).astype(float)
-    weight = (sizes / cap).sum(axis=1)
-    density = np.where(weight > 0, values / np.maximum(weight, 1e-12), 0.0)
+    scaled = sizes / cap
+    weight = scaled.sum(axis=1) if axis is None else scaled[:, axis]
+    density = np.where(weight > 0, values / np.maximum(weight, 1e-12), np.inf)
     return [int(k) for k in np.argsort(-density, kind="stable") if values[k] > 0 and b.compatible[k]]
 
 
 def greedy_pricing(b: Bin, sizes: np.ndarray, values: np.ndarray, demand: np.ndarray) -> np.ndarray:
-    order = density_order(b, sizes, values)
-    counts = fill(b, sizes, values, demand, order)
-    return complete(b, sizes, demand, counts)
+    """Best of a few density-ordered fills (normalised size, then each of cpu and memory)."""
+    best = np.zeros(len(sizes), dtype=np.int64)
+    best_value = 0.0
+    for axis in (None, 0, 1):
+        if axis is not None and axis >= sizes.shape[1]:
+            continue
+        counts = fill(b, sizes, values, demand, density_order(b, sizes, values, axis))
+        value = float(values @ counts)
+        if value > best_value + 1e-9:
+            best, best_value = counts, value
+    return complete(b, sizes, demand, best)
 
 
 def complete(b: Bin, sizes: np.ndarray, demand: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Top a pattern up with any class that still fits (a maximal pattern never costs more)."""
-    free = b.capacity - counts @ sizes
-    out = counts.copy()
-    for k in range(len(sizes)):
+    rows = sizes.tolist()
+    free = (b.capacity - counts @ sizes).tolist()
+    out = counts.tolist()
+    for k in range(len(rows)):
         if b.compatible[k] and out[k] < demand[k]:
-            n = min(int(demand[k] - out[k]), max_copies(free, sizes[k]))
+            n = min(int(demand[k] - out[k]), _copies(free, rows[k]))
             if n > 0:
                 out[k] += n
-                free -= n * sizes[k]
-    return out
+                free = [f - n * z for f, z in zip(free, rows[k], strict=True)]
+    return np.array(out, dtype=np.int64)
+
+
+def fractional_upper_bound(b: Bin, sizes: np.ndarray, values: np.ndarray, demand: np.ndarray) -> float:
+    """An upper bound on any pattern's value on ``b``: the fractional knapsack of the tightest resource.
+
+    Each resource alone is a relaxation, so the smallest of their fractional optima bounds the knapsack.
+    It is cheap, and when it already shows a bin cannot improve the LP, the exact model is skipped.
+    """
+    ks = [k for k in range(len(sizes)) if b.compatible[k] and values[k] > 0 and demand[k] > 0]
+    if not ks:
+        return 0.0
+    upper = np.array([min(int(demand[k]), max_copies(b.capacity, sizes[k])) for k in ks], dtype=float)
+    vals = values[ks]
+    best = float(vals @ upper)
+    for r in range(sizes.shape[1]):
+        size = sizes[ks, r].astype(float)
+        if not np.any(size > 0):
+            continue
+        free_items = size == 0
+        bound = float(vals[free_items] @ upper[free_items])
+        room = float(b.capacity[r])
+        paid = np.flatnonzero(~free_items)
+        for j in paid[np.argsort(-(vals[paid] / size[paid]), kind="stable")]:
+            take = min(upper[j], room / size[j])
+            bound += take * vals[j]
+            room -= take * size[j]
+            if room <= 0:
+                break
+        best = min(best, bound)
+    return best
 
 
 def exact_pricing(b: Bin, sizes: np.ndarray, values: np.ndarray, demand: np.ndarray,

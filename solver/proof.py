@@ -16,7 +16,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from solver.bins import Bin
-from solver.cpsat import make_solver
+from solver.compact import solve_compact
 from solver.patterns import Pattern, max_copies
 
 SCALE = 1000
@@ -59,57 +59,17 @@ def prove(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, limits: dict[t
     slots = sum(bounds.values())
     if slots > max_slots:
         return ProofResult(proven=False, improved=None, slots=slots, status="TOO_LARGE")
-    model = cp_model.CpModel()
-    ks = [k for k in range(len(demand)) if demand[k] > 0]
-    used: dict[tuple[int, int], cp_model.IntVar] = {}
-    count: dict[tuple[int, int, int], cp_model.IntVar] = {}
-    for b_index, n in bounds.items():
-        b = bins[b_index]
-        for s in range(n):
-            u = model.new_bool_var(f"used_b{b_index}_s{s}")
-            used[b_index, s] = u
-            for k in ks:
-                if b.compatible[k]:
-                    cap = min(int(demand[k]), max_copies(b.capacity, sizes[k]))
-                    if cap > 0:
-                        count[b_index, s, k] = model.new_int_var(0, cap, f"n_b{b_index}_s{s}_c{k}")
-            for r in range(sizes.shape[1]):
-                terms = [int(sizes[k, r]) * v for (bb, ss, k), v in count.items()
-                         if bb == b_index and ss == s and sizes[k, r]]
-                if terms:
-                    model.add(sum(terms) <= int(b.capacity[r]) * u)
-            if s:
-                model.add_implication(u, used[b_index, s - 1])
-                first = [v for (bb, ss, k), v in count.items() if bb == b_index and ss == s]
-                prev = [v for (bb, ss, k), v in count.items() if bb == b_index and ss == s - 1]
-                model.add(sum(prev) >= sum(first))  # symmetry: slots of one bin in non-increasing pod count
-    for k in ks:
-        model.add(sum(v for (b, s, kk), v in count.items() if kk == k) == int(demand[k]))
-    for (pool, name), rem in limits.items():
-        terms = [bins[b].limit_use.get(name, 0) * u for (b, s), u in used.items()
-                 if bins[b].pool_index == pool and bins[b].limit_use.get(name, 0)]
+
+    def reduced_cost_budget(model: cp_model.CpModel, used: dict[tuple[int, int], cp_model.IntVar]) -> None:
+        terms = [int(math.floor(floors.get(b, 0.0) * SCALE)) * u for (b, s), u in used.items()
+                 if floors.get(b, 0.0) > 0]
         if terms:
-            model.add(sum(terms) <= max(rem, 0))
-    floor_terms = [int(math.floor(floors.get(b, 0.0) * SCALE)) * u for (b, s), u in used.items()
-                   if floors.get(b, 0.0) > 0]
-    if floor_terms:
-        model.add(sum(floor_terms) <= int(math.ceil(gap * SCALE)))
-    cost = sum(bins[b].cost * u for (b, s), u in used.items())
-    model.add(cost <= incumbent_cost - 1)
-    model.add(cost >= int(math.floor(lp_value - 1e-6 * max(lp_value, 1.0))))
-    model.minimize(cost)
-    solver = make_solver(time_limit, seed, workers, deterministic)
-    status = solver.solve(model)
-    if status == cp_model.INFEASIBLE:
+            model.add(sum(terms) <= int(math.ceil(gap * SCALE)))
+
+    result = solve_compact(bins, sizes, demand, limits, bounds, time_limit=time_limit, seed=seed,
+                           workers=workers, deterministic=deterministic, cost_below=incumbent_cost,
+                           cost_at_least=lp_value, extra=reduced_cost_budget)
+    if result.status == "INFEASIBLE":
         return ProofResult(proven=True, improved=None, slots=slots, status="INFEASIBLE")
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        chosen: dict[Pattern, int] = {}
-        for (b, s), u in used.items():
-            if solver.value(u):
-                counts = tuple(int(solver.value(count[b, s, k])) if (b, s, k) in count else 0
-                               for k in range(len(demand)))
-                pattern = Pattern(b, counts)
-                chosen[pattern] = chosen.get(pattern, 0) + 1
-        return ProofResult(proven=status == cp_model.OPTIMAL, improved=chosen, slots=slots,
-                           status=solver.status_name(status))
-    return ProofResult(proven=False, improved=None, slots=slots, status=solver.status_name(status))
+    return ProofResult(proven=result.status == "OPTIMAL", improved=result.chosen, slots=slots,
+                       status=result.status)

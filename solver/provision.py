@@ -28,11 +28,13 @@ from solver.bins import Bin, bin_of_template, build_bins
 from solver.colgen import ColumnGenerationResult, Objective, column_generation
 from solver.decode import decode, shrink
 from solver.explain import explain
-from solver.greedy import greedy_placement
+from solver.greedy import GreedyScheduler, greedy_placement
 from solver.master import solve_master
 from solver.patterns import Pattern
 from solver.placement import Placement
 from solver.problem import Problem, compile_problem
+from solver.compact import solve_compact
+from solver.dive import dive
 from solver.proof import prove, slot_bounds
 
 
@@ -42,7 +44,7 @@ class SolveOptions:
     seed: int = 0
     workers: int = 2
     #: share of the time limit column generation may use before the integer master starts
-    colgen_share: float = 0.4
+    colgen_share: float = 0.5
     #: stop the integer search once the plan is within this relative gap of the lower bound
     gap: float = 0.0
     deterministic: bool = True
@@ -160,6 +162,10 @@ def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResul
     greedy_score = _score(problem, objective, greedy)
     placement, status = greedy, "GREEDY"
     hint = greedy_patterns
+    rounded = _dive(problem, bins, cg, demand, limits, options, deadline, stats)
+    if rounded is not None and _score(problem, objective, rounded) < greedy_score:
+        placement, status = rounded, "FEASIBLE"
+        hint = _patterns_of(problem, bins, rounded)
     provable = cg.converged and objective.rank_weight == 0 and bool(cg.reduced_cost_floor)
     for attempt in range(2):
         remaining = deadline - time.monotonic()
@@ -201,6 +207,84 @@ def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResul
         stats.bound_method = "column generation LP over the pods this plan schedules"
     stats.lp_bound = cg.lp_value if cg.converged else None
     return _result(problem, placement, greedy, reported, status, started, options, stats)
+
+
+def _lp_rounding(problem: Problem, bins: list[Bin], cg: ColumnGenerationResult, demand: np.ndarray,
+                 objective: Objective, limits: dict[tuple[int, str], int], options: SolveOptions,
+                 deadline: float, stats: _Stats) -> Placement | None:
+    """LP rounding: keep ⌊x*⌋ of every LP pattern, then cover the rest exactly with the compact model.
+
+    A basic LP solution has at most one fractional pattern per class, so the residual is a few nodes'
+    worth of pods; the compact model packs it over the bins the LP used (plus one slot of every bin).
+    """
+    fixed = {p: int(v + 1e-9) for p, v in cg.lp_solution.items() if int(v + 1e-9) > 0}
+    covered = np.zeros(len(demand), dtype=np.int64)
+    residual_limits = dict(limits)
+    taken: dict[int, int] = {}
+    for pattern, n in fixed.items():
+        covered += pattern.array() * n
+        b = bins[pattern.bin]
+        taken[b.index] = taken.get(b.index, 0) + n
+        for (pool, name) in residual_limits:
+            if b.pool_index == pool:
+                residual_limits[pool, name] -= b.limit_use.get(name, 0) * n
+    # trim the fixed part where it over-covers, so the residual is exactly what is left
+    residual = np.maximum(demand - covered, 0)
+    slots: dict[int, int] = {}
+    fractional: dict[int, float] = {}
+    for pattern, v in cg.lp_solution.items():
+        fractional[pattern.bin] = fractional.get(pattern.bin, 0.0) + (v - int(v + 1e-9))
+    for b in bins:
+        n = 1 + int(np.ceil(fractional.get(b.index, 0.0) - 1e-9))
+        if b.count is not None:
+            n = min(n, b.count - taken.get(b.index, 0))
+        if n > 0:
+            slots[b.index] = n
+    if not residual.any():
+        return decode(problem, bins, fixed)
+    hint = _residual_hint(problem, bins, fixed, residual)
+    for pattern, n in hint.items():
+        slots[pattern.bin] = max(slots.get(pattern.bin, 0), sum(m for q, m in hint.items() if q.bin == pattern.bin))
+    budget = min(max((deadline - time.monotonic()) * 0.3, 0.2), 5.0)
+    result = solve_compact(bins, problem.sizes, residual, residual_limits, slots, time_limit=budget,
+                           seed=options.seed, workers=options.workers, deterministic=options.deterministic,
+                           hint=hint)
+    stats.notes.append(f"LP rounding: {sum(fixed.values())} node(s) fixed, residual of {int(residual.sum())} "
+                       f"pod(s) over {sum(slots.values())} slot(s): {result.status}")
+    if result.chosen is None:
+        return None
+    chosen = dict(fixed)
+    for pattern, n in result.chosen.items():
+        chosen[pattern] = chosen.get(pattern, 0) + n
+    return decode(problem, bins, chosen)
+
+
+def _dive(problem: Problem, bins: list[Bin], cg: ColumnGenerationResult, demand: np.ndarray,
+          limits: dict[tuple[int, str], int], options: SolveOptions, deadline: float,
+          stats: _Stats) -> Placement | None:
+    if cg.master is None:
+        return None
+    started = time.monotonic()
+    budget = started + max((deadline - started) * 0.5, 0.2)
+    chosen = dive(cg.master, bins, problem.sizes, demand, limits, budget, seed=options.seed,
+                  workers=options.workers, deterministic=options.deterministic)
+    stats.notes.append(f"LP dive: {'done' if chosen else 'ran out of time'} in {time.monotonic() - started:.2f} s")
+    return decode(problem, bins, chosen) if chosen else None
+
+
+def _residual_hint(problem: Problem, bins: list[Bin], fixed: dict[Pattern, int],
+                   residual: np.ndarray) -> dict[Pattern, int]:
+    """Greedy's packing of the residual pods, as patterns: a starting point for the compact model."""
+    pods = []
+    for c in problem.classes:
+        pods.extend(c.pods[: int(residual[c.index])])
+    scheduler = GreedyScheduler(problem)
+    for pattern, n in fixed.items():
+        b = bins[pattern.bin]
+        if b.existing:
+            for e in b.members[:n]:
+                scheduler.free[e] = -1  # taken by the fixed part
+    return _patterns_of(problem, bins, scheduler.run(pods))
 
 
 def _all_placeable_scheduled(problem: Problem, demand: np.ndarray, placement: Placement) -> bool:

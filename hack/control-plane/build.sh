@@ -5,8 +5,8 @@
 #   kwok                                                      (module ./kwok)
 # into a cache directory keyed by every pinned version (see versions.env):
 #   ${NODEPLAN_CACHE:-$HOME/.cache/nodeplan}/control-plane/k8s-<v>_etcd-<v>_kwok-<v>/bin
-# Idempotent: when every binary exists and `kube-apiserver --version` (and `etcd --version`)
-# match the pins, nothing is built. The bin directory is printed as the last line on stdout;
+# Idempotent: when every binary exists and `kube-apiserver --version` (and etcd's and kwok's
+# --version) match the pins, nothing is built. The bin directory is printed as the last line on stdout;
 # everything else goes to stderr.
 #
 # Usage: hack/control-plane/build.sh [--force]
@@ -50,6 +50,7 @@ is_built() {
   done
   [[ "$("${bin}/kube-apiserver" --version 2>/dev/null)" == "Kubernetes ${KUBERNETES_VERSION}" ]] || return 1
   "${bin}/etcd" --version 2>/dev/null | grep -qx "etcd Version: ${ETCD_VERSION#v}" || return 1
+  "${bin}/kwok" --version 2>/dev/null | grep -q "^kwok version ${KWOK_VERSION} " || return 1
 }
 
 write_stages() {
@@ -58,7 +59,7 @@ write_stages() {
     sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
   [[ -d "${dir}/kustomize/stage" ]] || { log "kwok module source not found"; return 1; }
   {
-    echo "# kwok ${KWOK_VERSION} stages (kwokctl defaults), from ${dir#"${GOMODCACHE:-}"}/kustomize/stage"
+    echo "# kwok ${KWOK_VERSION} stages (kwokctl defaults), from sigs.k8s.io/kwok@${KWOK_VERSION}/kustomize/stage"
     for f in "${stage_files[@]}"; do
       echo "---"
       cat "${dir}/kustomize/stage/${f}"

@@ -27,15 +27,26 @@ marker=.nodeplan-cluster
 log() { echo "cluster.sh: $*" >&2; }
 die() { log "$*"; exit 1; }
 
-# True if the pid recorded for component $1 is alive and is still that component's binary
-# (guards against killing a recycled PID).
+# "STATE STARTTIME" of a live process from /proc/PID/stat (fields 3 and 22), or nothing.
+proc_id() {
+  local stat rest
+  stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 1
+  rest="${stat##*) }"
+  # shellcheck disable=SC2086
+  set -- ${rest}
+  [[ "$1" != Z && "$1" != X ]] || return 1
+  echo "${20}"
+}
+
+# True if the process recorded for component $1 is alive and is the one `up` started (same PID
+# and same start time, so a recycled PID is never mistaken for it).
 alive() {
-  local pidfile="${dir}/run/$1.pid" pid exe
-  [[ -s "${pidfile}" ]] || return 1
+  local pidfile="${dir}/run/$1.pid" pid started
+  [[ -s "${pidfile}" && -s "${dir}/run/$1.start" ]] || return 1
   pid="$(<"${pidfile}")"
   [[ "${pid}" =~ ^[0-9]+$ ]] || return 1
-  exe="$(readlink "/proc/${pid}/exe" 2>/dev/null)" || return 1
-  [[ "${exe}" == "$(<"${dir}/run/$1.exe")" ]]
+  started="$(proc_id "${pid}")" || return 1
+  [[ "${started}" == "$(<"${dir}/run/$1.start")" ]]
 }
 
 any_alive() {
@@ -91,7 +102,7 @@ stop_all() {
       fi
       log "stopped ${c} (pid ${pid})"
     fi
-    rm -f "${dir}/run/${c}.pid"
+    rm -f "${dir}/run/${c}.pid" "${dir}/run/${c}.start"
   done
 }
 
@@ -161,7 +172,7 @@ start() { # NAME BINARY ARGS...: start one component in the background, record i
   # Started directly (no wrapper), so $! is the component's own PID.
   nohup "${exe}" "$@" > "${dir}/logs/${name}.log" 2>&1 < /dev/null &
   echo $! > "${dir}/run/${name}.pid"
-  readlink -f "${exe}" > "${dir}/run/${name}.exe"
+  proc_id $! > "${dir}/run/${name}.start" || true
   log "started ${name} (pid $!)"
 }
 
@@ -212,7 +223,7 @@ up() {
   [[ -s "${stages}" ]] || die "missing ${stages} (run ${here}/build.sh)"
 
   mkdir -p "${dir}"/{run,logs,etcd}
-  chmod 700 "${dir}"
+  chmod 700 "${dir}" "${dir}/etcd"
   touch "${dir}/${marker}"
   gen_pki
   token="$(openssl rand -hex 24)"
@@ -251,20 +262,21 @@ up() {
 
   start kube-scheduler "${bin}/kube-scheduler" \
     --kubeconfig="${dir}/kubeconfig" \
-    --authentication-kubeconfig="${dir}/kubeconfig" --authorization-kubeconfig="${dir}/kubeconfig" \
     --bind-address="${host}" --secure-port="${sched_port}" --leader-elect=false
   start kube-controller-manager "${bin}/kube-controller-manager" \
     --kubeconfig="${dir}/kubeconfig" \
-    --authentication-kubeconfig="${dir}/kubeconfig" --authorization-kubeconfig="${dir}/kubeconfig" \
     --bind-address="${host}" --secure-port="${kcm_port}" --leader-elect=false \
     --service-account-private-key-file="${dir}/pki/sa.key" --root-ca-file="${dir}/pki/ca.crt" \
     --cluster-signing-cert-file="${dir}/pki/ca.crt" --cluster-signing-key-file="${dir}/pki/ca.key"
+  # --node-lease-duration-seconds: kwok keeps a Lease per fake Node like a kubelet (kwokctl passes
+  # 40; the kwok binary's default is 0 = no leases, and then the Nodes' heartbeat is status only).
   # --node-ip: the address written into fake Nodes' status (where the API server would reach
   # their "kubelet" for logs/exec) is kwok's own loopback server. Pod IPs from --cidr are only
   # recorded in pod status; nothing connects to them.
   start kwok "${bin}/kwok" \
     --kubeconfig="${dir}/kubeconfig" --config="${stages}" \
     --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+    --node-lease-duration-seconds=40 \
     --cidr=10.64.0.0/16 --node-ip="${host}" --node-port="${kwok_port}" \
     --server-address="${host}:${kwok_port}"
 

@@ -12,19 +12,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from model.node import Node
 from model.pod import Pod
 from model.resources import Resources
-from model.taints import Taint, untolerated
+from model.taints import Taint
 from model.workload import DaemonSet
-
-
-def daemon_runs_on(daemon: Pod, labels: Mapping[str, str], taints: Sequence[Taint]) -> bool:
-    return not untolerated(daemon.tolerations, taints) and daemon.accepts_labels(labels)
 
 
 def daemon_overhead(daemonsets: Iterable[DaemonSet], labels: Mapping[str, str],
                     taints: Sequence[Taint]) -> Resources:
     total = Resources()
     for ds in daemonsets:
-        if daemon_runs_on(ds.pod, labels, taints):
+        if ds.runs_on(labels, taints):
             total = total + ds.pod.requests
     return total
 
@@ -34,6 +30,6 @@ def missing_daemon_overhead(daemonsets: Iterable[DaemonSet], node: Node, bound: 
     running = {(p.namespace, p.owner_name) for p in bound if p.owner_kind == "DaemonSet"}
     missing = Resources()
     for ds in daemonsets:
-        if (ds.namespace, ds.name) not in running and daemon_runs_on(ds.pod, node.labels, node.taints):
+        if (ds.namespace, ds.name) not in running and ds.runs_on(node.labels, node.taints):
             missing = missing + ds.pod.requests
     return missing

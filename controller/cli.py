@@ -1,0 +1,140 @@
+"""``nodeplan`` — the command line.
+
+Exit codes: 0 success; 1 the verifier found violations; 2 bad input (one line naming file, object, field).
+Data goes to stdout (or ``-o``); progress and warnings go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from pydantic import ValidationError
+from rich.console import Console
+
+from controller.render import render_plan
+from model.errors import InputError
+from model.instancetype import InstanceType
+from model.plan import ProvisioningPlan
+from model.snapshot import Snapshot, load_snapshot, read_documents
+from providers.catalog_file import load_catalog
+from providers.kwok import kwok_catalog
+from solver.provision import SolveOptions, solve
+from solver.verify import verify
+
+app = typer.Typer(help="Kubernetes node provisioning decided by an exact CP-SAT model.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+stderr = Console(stderr=True)
+
+
+class OutputFormat(str, Enum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+class Compare(str, Enum):
+    greedy = "greedy"
+
+
+def _fail_input(err: InputError) -> typer.Exit:
+    stderr.print(f"error: {err}", markup=False, highlight=False)
+    return typer.Exit(2)
+
+
+def _catalog(path: Path | None) -> tuple[InstanceType, ...]:
+    return load_catalog(path) if path else kwok_catalog()
+
+
+def _load(snapshot: Path, catalog: Path | None) -> Snapshot:
+    loaded = load_snapshot(snapshot).with_catalog(_catalog(catalog))
+    for warning in loaded.warnings:
+        stderr.print(f"warning: {warning}", markup=False, highlight=False)
+    return loaded
+
+
+def _write(data: dict[str, Any], fmt: OutputFormat, output: Path | None) -> None:
+    text = yaml.safe_dump(data, sort_keys=False) if fmt is OutputFormat.yaml else json.dumps(data, indent=2) + "\n"
+    if output:
+        output.write_text(text)
+    else:
+        sys.stdout.write(text)
+
+
+SnapshotArg = Annotated[Path, typer.Argument(help="Cluster snapshot: kubectl get -o yaml|json output.")]
+CatalogOpt = Annotated[Path | None, typer.Option("--catalog", help="Instance catalog file (default: built-in KWOK).")]
+
+
+@app.command()
+def solve_cmd(
+    snapshot: SnapshotArg,
+    catalog: CatalogOpt = None,
+    time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Seconds for the whole solve.")] = 10.0,
+    seed: Annotated[int, typer.Option(help="CP-SAT random seed (same input + seed ⇒ same plan).")] = 0,
+    workers: Annotated[int, typer.Option(min=1, help="CP-SAT workers.")] = 2,
+    gap: Annotated[float, typer.Option(min=0.0, help="Stop once within this relative gap of the bound.")] = 0.0,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the plan here.")] = None,
+    fmt: Annotated[OutputFormat, typer.Option("--format", help="table, json or yaml.")] = OutputFormat.table,
+    compare: Annotated[Compare | None, typer.Option("--compare", help="Also show greedy's cost.")] = None,
+) -> None:
+    """Plan new nodes for a snapshot's pending pods and print the plan.
+
+    Example: nodeplan solve fixtures/snapshots/example.yaml --compare greedy -o plan.json
+    """
+    try:
+        snap = _load(snapshot, catalog)
+    except InputError as err:
+        raise _fail_input(err) from None
+    result = solve(snap, SolveOptions(time_limit=time_limit, seed=seed, workers=workers, gap=gap))
+    data = result.plan.to_json_dict()
+    if output and fmt is OutputFormat.table:
+        _write(data, OutputFormat.json, output)
+    if fmt is OutputFormat.table:
+        render_plan(result.plan, Console(width=None if sys.stdout.isatty() else 160), compare_greedy=compare is Compare.greedy)
+    else:
+        _write(data, fmt, output)
+
+
+@app.command("verify")
+def verify_cmd(
+    snapshot: SnapshotArg,
+    plan: Annotated[Path, typer.Argument(help="Plan file written by nodeplan solve -o.")],
+    catalog: CatalogOpt = None,
+) -> None:
+    """Check a plan against a snapshot independently of the solver; exit 1 listing each violation.
+
+    Example: nodeplan verify fixtures/snapshots/example.yaml plan.json
+    """
+    try:
+        snap = _load(snapshot, catalog)
+        docs = read_documents(plan)
+        if len(docs) != 1:
+            raise InputError("expected one ProvisioningPlan document", file=str(plan))
+        try:
+            parsed = ProvisioningPlan.model_validate(docs[0])
+        except ValidationError as err:
+            first = err.errors()[0]
+            raise InputError(first["msg"], file=str(plan), obj="ProvisioningPlan",
+                             field=".".join(str(p) for p in first["loc"])) from None
+    except InputError as err:
+        raise _fail_input(err) from None
+    violations = verify(snap, parsed)
+    for line in violations:
+        typer.echo(line)
+    if violations:
+        stderr.print(f"{len(violations)} violation(s)")
+        raise typer.Exit(1)
+    stderr.print("plan is valid")
+
+
+# typer names commands after functions; keep the user-facing name "solve"
+app.registered_commands[0].name = "solve"
+
+
+def main() -> None:
+    app()

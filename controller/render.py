@@ -1,0 +1,49 @@
+"""Human output for plans: a rich table grouped by NodePool / instance type / zone / capacity type."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from rich.console import Console
+from rich.table import Table
+
+from model.plan import ProvisioningPlan
+from model.quantity import quantity_int
+
+
+def _ratio(requests: dict[str, str], allocatable: dict[str, str], resource: str) -> float:
+    alloc = quantity_int(resource, allocatable.get(resource, "0"))
+    return quantity_int(resource, requests.get(resource, "0")) / alloc if alloc else 0.0
+
+
+def render_plan(plan: ProvisioningPlan, console: Console, *, compare_greedy: bool = False) -> None:
+    groups: dict[tuple[str, str, str, str], list[int]] = defaultdict(list)
+    for i, claim in enumerate(plan.node_claims):
+        groups[(claim.node_pool, claim.instance_type, claim.zone, claim.capacity_type)].append(i)
+    table = Table(title="New nodes", show_lines=False)
+    for column in ("NodePool", "instance type", "zone", "capacity", "nodes", "pods", "cpu util", "mem util",
+                   "$/h each", "$/h total"):
+        table.add_column(column, justify="right" if column[0] in "npcm$" and column != "NodePool" else "left")
+    for (pool, itype, zone, ctype), members in sorted(groups.items()):
+        claims = [plan.node_claims[i] for i in members]
+        cpu = sum(_ratio(c.requests, c.allocatable, "cpu") for c in claims) / len(claims)
+        mem = sum(_ratio(c.requests, c.allocatable, "memory") for c in claims) / len(claims)
+        table.add_row(pool, itype, zone, ctype, str(len(claims)), str(sum(len(c.pods) for c in claims)),
+                      f"{cpu:.0%}", f"{mem:.0%}", f"{claims[0].price:.4f}", f"{sum(c.price for c in claims):.4f}")
+    console.print(table)
+    if plan.existing_nodes:
+        placed = sum(len(n.pods) for n in plan.existing_nodes)
+        console.print(f"Existing nodes: {placed} pending pod(s) placed on {len(plan.existing_nodes)} node(s)")
+    if plan.unschedulable:
+        console.print(f"[bold red]Unschedulable: {len(plan.unschedulable)} pod(s)[/]")
+        for u in plan.unschedulable:
+            console.print(f"  {u.pod}: {u.reason}")
+    cost = plan.cost
+    gap = f"{cost.gap:.2%}" if cost.gap is not None else "n/a"
+    console.print(f"Cost: [bold]{cost.total:.4f} $/h[/] ({cost.total * 730:.2f} $/month)   "
+                  f"lower bound {cost.lower_bound:.4f}   gap {gap}   status {plan.solver.status}   "
+                  f"solved in {plan.solver.wall_seconds:.2f} s")
+    if compare_greedy and cost.greedy is not None:
+        saving = 1 - cost.total / cost.greedy if cost.greedy else 0.0
+        console.print(f"Greedy (Karpenter first-fit-decreasing): {cost.greedy:.4f} $/h — this plan saves "
+                      f"{saving:.1%} ({(cost.greedy - cost.total) * 730:.2f} $/month)")

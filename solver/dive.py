@@ -1,0 +1,94 @@
+"""Diving: turn the LP into an integer plan by committing nodes one LP re-solve at a time.
+
+Each round commits ⌊x*⌋ copies of every LP pattern (or, when none reaches one, one copy of the largest),
+lowers the demand to what is left, re-solves the LP with a little more pricing, and repeats. When only
+a few nodes' worth of pods remain, the compact model packs them exactly. This is the classic
+price-and-dive heuristic for cutting stock: it lands within a node or two of the LP bound.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from solver.bins import Bin
+from solver.colgen import MasterLP
+from solver.compact import solve_compact
+from solver.patterns import Pattern
+
+EPS = 1e-6
+
+
+def dive(master: MasterLP, bins: list[Bin], sizes: np.ndarray, demand: np.ndarray,
+         limits: dict[tuple[int, str], int], deadline: float, *, seed: int, workers: int, deterministic: bool,
+         finish_nodes: int = 3, pricing_rounds: int = 3) -> dict[Pattern, int] | None:
+    residual = demand.copy()
+    limits_left = dict(limits)
+    counts_left = {b.index: b.count for b in bins if b.count is not None}
+    committed: dict[Pattern, int] = {}
+    while residual.any():
+        if time.monotonic() >= deadline:
+            return None
+        master.set_demand(residual)
+        master.solve()
+        for _ in range(pricing_rounds):
+            if not master.price_greedily(bins, sizes):
+                break
+            master.solve()
+        solution = master.solution()
+        if not solution:
+            return None
+        nodes_left = sum(solution.values())
+        if nodes_left <= finish_nodes:
+            rest = _finish(bins, sizes, residual, limits_left, counts_left, solution, deadline, seed, workers,
+                           deterministic)
+            if rest is not None:
+                for pattern, n in rest.items():
+                    committed[pattern] = committed.get(pattern, 0) + n
+                return committed
+        take = {p: int(v + EPS) for p, v in solution.items() if int(v + EPS) >= 1}
+        if not take:
+            best = max(solution.items(), key=lambda item: (item[1], -item[0].bin, item[0].counts))[0]
+            take = {best: 1}
+        for pattern, n in sorted(take.items(), key=lambda item: (item[0].bin, item[0].counts)):
+            b = bins[pattern.bin]
+            for _ in range(n):
+                if not residual.any():
+                    break
+                if b.count is not None and counts_left[b.index] <= 0:
+                    break
+                trimmed = np.minimum(pattern.array(), residual)
+                if not trimmed.any():
+                    break
+                committed_pattern = Pattern(pattern.bin, tuple(int(c) for c in trimmed))
+                committed[committed_pattern] = committed.get(committed_pattern, 0) + 1
+                residual = residual - trimmed
+                if b.count is not None:
+                    counts_left[b.index] -= 1
+                    master.set_count(b.index, counts_left[b.index])
+                for key in limits_left:
+                    if b.pool_index == key[0] and b.limit_use.get(key[1], 0):
+                        limits_left[key] -= b.limit_use[key[1]]
+                        master.set_limit(key, limits_left[key])
+    return committed
+
+
+def _finish(bins: list[Bin], sizes: np.ndarray, residual: np.ndarray, limits: dict[tuple[int, str], int],
+            counts_left: dict[int, int], solution: dict[Pattern, float], deadline: float, seed: int,
+            workers: int, deterministic: bool) -> dict[Pattern, int] | None:
+    """Pack the last few nodes' worth exactly: LP-used bins get ⌈x*⌉ + 1 slots, every other bin one."""
+    used: dict[int, float] = {}
+    for pattern, v in solution.items():
+        used[pattern.bin] = used.get(pattern.bin, 0.0) + v
+    slots = {}
+    for b in bins:
+        n = 1 + int(np.ceil(used.get(b.index, 0.0) - EPS))
+        if b.count is not None:
+            n = min(n, counts_left.get(b.index, 0))
+        if n > 0:
+            slots[b.index] = n
+    budget = min(max(deadline - time.monotonic(), 0.1), 3.0)
+    result = solve_compact(bins, sizes, residual, limits, slots, time_limit=budget, seed=seed, workers=workers,
+                           deterministic=deterministic)
+    return result.chosen

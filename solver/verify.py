@@ -1,0 +1,135 @@
+"""The plan verifier: checks a ProvisioningPlan against the snapshot with Kubernetes' own predicates,
+independently of how the CP-SAT model encodes them. Every solver test runs it on every plan."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from model import labels as wk
+from model.instancetype import InstanceType
+from model.plan import ProvisioningPlan
+from model.pod import Pod
+from model.resources import Resources
+from model.snapshot import Snapshot
+from model.taints import untolerated
+from solver.rules.limits import NODES, pool_usage
+
+PRICE_TOLERANCE = 1e-6
+
+
+def _fit_violations(where: str, pods: list[Pod], free: Resources) -> list[str]:
+    total = Resources()
+    for pod in pods:
+        total = total + pod.requests
+    over = total.exceeding(free)
+    return [f"{where}: pods request {r}={total.to_quantities()[r]} but only "
+            f"{free.to_quantities().get(r, '0')} is free" for r in over]
+
+
+def _placement_violations(where: str, pod: Pod, labels: dict[str, str], taints: list) -> list[str]:  # type: ignore[type-arg]
+    out = []
+    if not pod.accepts_labels(labels):
+        out.append(f"{where}: pod {pod.key} node selector / required node affinity rejects the node's labels")
+    missing = untolerated(pod.tolerations, taints)
+    if missing:
+        out.append(f"{where}: pod {pod.key} does not tolerate taint(s) "
+                   + ", ".join(t.describe() for t in missing))
+    return out
+
+
+def verify(snapshot: Snapshot, plan: ProvisioningPlan) -> list[str]:
+    """Every violation found, as one line each (empty = valid)."""
+    violations: list[str] = []
+    pods = {p.key: p for p in snapshot.pods}
+    pending = {p.key for p in snapshot.pending_pods()}
+    seen: Counter[str] = Counter()
+    for claim in plan.node_claims:
+        seen.update(claim.pods)
+    for node in plan.existing_nodes:
+        seen.update(node.pods)
+    seen.update(u.pod for u in plan.unschedulable)
+    for key in sorted(pending - seen.keys()):
+        violations.append(f"pending pod {key} is missing from the plan")
+    for key, n in sorted(seen.items()):
+        if key not in pending:
+            violations.append(f"plan places {key}, which is not a pending pod in the snapshot")
+        elif n > 1:
+            violations.append(f"pod {key} appears {n} times in the plan")
+    for u in plan.unschedulable:
+        if not u.reason.strip():
+            violations.append(f"unschedulable pod {u.pod} has no reason")
+    catalog: dict[str, InstanceType] = {it.name: it for it in snapshot.instance_types}
+    added: dict[str, Resources] = {}
+    total = 0.0
+    for claim in plan.node_claims:
+        where = f"nodeClaim {claim.name}"
+        pool = snapshot.nodepool(claim.node_pool)
+        it = catalog.get(claim.instance_type)
+        if pool is None:
+            violations.append(f"{where}: NodePool {claim.node_pool} does not exist")
+            continue
+        if it is None:
+            violations.append(f"{where}: instance type {claim.instance_type} is not in the catalog")
+            continue
+        offering = next((o for o in it.offerings if o.zone == claim.zone
+                         and o.capacity_type == claim.capacity_type and o.available), None)
+        if offering is None:
+            violations.append(f"{where}: no available offering {claim.zone}/{claim.capacity_type} of {it.name}")
+            continue
+        if abs(offering.price - claim.price) > PRICE_TOLERANCE:
+            violations.append(f"{where}: price {claim.price} differs from the offering's {offering.price}")
+        total += offering.price
+        labels = {**it.labels, **pool.labels, wk.ZONE: claim.zone, wk.CAPACITY_TYPE: claim.capacity_type,
+                  wk.NODEPOOL: pool.name}
+        for key, value in claim.labels.items():
+            if key in labels and labels[key] != value:
+                violations.append(f"{where}: label {key}={value} contradicts {labels[key]} from the offering")
+        labels = {**claim.labels, **labels}
+        failing = pool.requirements.failing(labels)
+        if failing:
+            violations.append(f"{where}: NodePool {pool.name} requirement(s) not met: "
+                              + ", ".join(r.describe() for r in failing))
+        members = [pods[k] for k in claim.pods if k in pods]
+        for pod in members:
+            violations.extend(_placement_violations(where, pod, labels, pool.taints))
+        overhead = Resources()
+        for ds in snapshot.daemonsets:
+            if ds.runs_on(labels, pool.taints):
+                overhead = overhead + ds.pod.requests
+        violations.extend(_fit_violations(where, members, (it.allocatable - overhead)))
+        use = Resources({**it.capacity, NODES: 1})
+        added[pool.name] = added.get(pool.name, Resources()) + use
+    for name, use in added.items():
+        pool = snapshot.nodepool(name)
+        assert pool is not None
+        usage = pool_usage(snapshot, pool) + use
+        for resource, limit in pool.limits.items():
+            if usage[resource] > limit:
+                violations.append(f"NodePool {name}: limit {resource}={pool.limits.to_quantities()[resource]} "
+                                  f"exceeded ({usage.to_quantities().get(resource, usage[resource])} with this plan)")
+    nodes = {n.name: n for n in snapshot.nodes}
+    for assignment in plan.existing_nodes:
+        where = f"existing node {assignment.name}"
+        node = nodes.get(assignment.name)
+        if node is None:
+            violations.append(f"{where}: not in the snapshot")
+            continue
+        if node.unschedulable or node.deleting:
+            violations.append(f"{where}: is cordoned or being deleted")
+        bound = snapshot.pods_on(node.name)
+        used = Resources()
+        for pod in bound:
+            used = used + pod.requests
+        running = {(p.namespace, p.owner_name) for p in bound if p.owner_kind == "DaemonSet"}
+        for ds in snapshot.daemonsets:
+            if (ds.namespace, ds.name) not in running and ds.runs_on(node.labels, node.taints):
+                used = used + ds.pod.requests
+        members = [pods[k] for k in assignment.pods if k in pods]
+        for pod in members:
+            violations.extend(_placement_violations(where, pod, node.labels, list(node.taints)))
+        violations.extend(_fit_violations(where, members, node.allocatable - used))
+    if abs(total - plan.cost.total) > 1e-4:
+        violations.append(f"cost.total {plan.cost.total} differs from the sum of offering prices {total:.6f}")
+    if plan.cost.lower_bound > plan.cost.total + 1e-4:
+        violations.append(f"cost.lowerBound {plan.cost.lower_bound} is above cost.total {plan.cost.total}")
+    return violations
