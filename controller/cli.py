@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -32,13 +32,13 @@ app = typer.Typer(help="Kubernetes node provisioning decided by an exact CP-SAT 
 stderr = Console(stderr=True)
 
 
-class OutputFormat(str, Enum):
+class OutputFormat(StrEnum):
     table = "table"
     json = "json"
     yaml = "yaml"
 
 
-class Compare(str, Enum):
+class Compare(StrEnum):
     greedy = "greedy"
 
 
@@ -95,7 +95,8 @@ def solve_cmd(
     if output and fmt is OutputFormat.table:
         _write(data, OutputFormat.json, output)
     if fmt is OutputFormat.table:
-        render_plan(result.plan, Console(width=None if sys.stdout.isatty() else 160), compare_greedy=compare is Compare.greedy)
+        console = Console(width=None if sys.stdout.isatty() else 160)
+        render_plan(result.plan, console, compare_greedy=compare is Compare.greedy)
     else:
         _write(data, fmt, output)
 

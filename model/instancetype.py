@@ -73,7 +73,7 @@ class InstanceType(BaseModel):
             if capacity_type not in ("spot", "on-demand", "reserved"):
                 raise InputError(f"unknown capacityType {capacity_type!r}", field=f"{item.path}.capacityType")
             price = item.data.get("price")
-            if isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0:
+            if isinstance(price, bool) or not isinstance(price, (int, float)) or not 0 <= price < float("inf"):
                 raise InputError(f"price must be a non-negative number, got {price!r}",
                                  field=f"{item.path}.price")
             zone = item.str("zone")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from model.api import ApiModel
 from model.errors import InputError
@@ -131,13 +131,24 @@ class NodePool(ApiModel):
     def limits(self) -> Resources:
         return self.spec.limits
 
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> NodePool:
+        self.check()
+        return self
+
     def check(self) -> None:
         """Cross-field rules the API server's CEL validation enforces."""
         for i, req in enumerate(self.spec.template.spec.requirements):
+            where = f"spec.template.spec.requirements[{i}]"
+            if req.min_values is not None and req.operator == "In" and req.min_values > len(req.values):
+                raise InputError(f"minValues {req.min_values} is more than the {len(req.values)} value(s) listed",
+                                 field=f"{where}.minValues")
+            if req.operator in ("Gt", "Lt", "Gte", "Lte") and int(req.values[0]) < 0:
+                raise InputError(f"operator {req.operator} needs a non-negative integer", field=f"{where}.values")
             label = self.labels.get(req.key)
             if label is not None and not req.allows_value(label):
                 raise InputError(f"template label {req.key}={label} contradicts requirement "
-                                 f"{req.describe()}", field=f"spec.template.spec.requirements[{i}]")
+                                 f"{req.describe()}", field=where)
 
 
 class NodeClaimResources(ApiModel):

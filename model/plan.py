@@ -48,6 +48,7 @@ class SolverReport(ApiModel):
     patterns: int = 0
     bound_method: str = ""
     greedy_seconds: float = 0.0
+    stages: dict[str, float] = {}
     notes: list[str] = []
 
 

@@ -30,7 +30,8 @@ def effective_requests(spec: RawObject) -> Resources:
     App containers and sidecars (init containers with ``restartPolicy: Always``) run together; each regular
     init container runs alone beside the sidecars started before it. The pod needs the larger of the two
     phases, plus ``spec.overhead``. Pod-level ``spec.resources.requests`` replace the container sum for the
-    resources they name. Every pod also takes one ``pods`` slot.
+    resources they name (a pod-level limit without a request defaults the request, as the API server
+    does). Every pod also takes one ``pods`` slot.
     """
     total = Resources()
     for container in spec.items("containers"):
@@ -45,7 +46,9 @@ def effective_requests(spec: RawObject) -> Resources:
         else:
             init_peak = Resources.max_of([init_peak, request + sidecars])
     pod = Resources.max_of([total + sidecars, init_peak])
-    pod_level = spec.obj("resources").parse("requests", Resources.parse)
+    pod_resources = spec.obj("resources")
+    pod_level = Resources({**dict(pod_resources.parse("limits", Resources.parse)),
+                           **dict(pod_resources.parse("requests", Resources.parse))})
     if pod_level:
         pod = Resources({**dict(pod), **dict(pod_level)})
     pod = pod + spec.parse("overhead", Resources.parse)
@@ -61,6 +64,8 @@ def _selector_term(raw: Any) -> Requirements:
             raise InputError("matchFields supports only metadata.name", field=f"{field.path}.key")
         reqs.append(Requirement.parse({**field.data, "key": "kubernetes.io/hostname"},
                                       allowed=NODE_AFFINITY_OPERATORS))
+    if not reqs:
+        return Requirements.never()
     return Requirements.of(reqs)
 
 

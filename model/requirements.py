@@ -8,6 +8,7 @@ In / Exists / Gt / Lt / Gte / Lte need the label present, and the numeric operat
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
@@ -21,11 +22,15 @@ NODE_AFFINITY_OPERATORS: frozenset[str] = frozenset({"In", "NotIn", "Exists", "D
 NODEPOOL_OPERATORS: frozenset[str] = NODE_AFFINITY_OPERATORS | {"Gte", "Lte"}
 
 
+_INTEGER = re.compile(r"^[+-]?[0-9]+$")
+
+
 def _as_int(value: str) -> int | None:
-    try:
-        return int(value)
-    except ValueError:
+    """An integer label value as Go's strconv.ParseInt reads it (no underscores, no spaces)."""
+    if not _INTEGER.match(value):
         return None
+    number = int(value)
+    return number if -(2**63) <= number < 2**63 else None
 
 
 class Requirement(BaseModel):
@@ -58,9 +63,8 @@ class Requirement(BaseModel):
             raise InputError(f"operator {op} needs at least one value", field="values")
         if op in ("Exists", "DoesNotExist") and values:
             raise InputError(f"operator {op} takes no values", field="values")
-        if op in _NUMERIC:
-            if len(values) != 1 or _as_int(values[0]) is None:
-                raise InputError(f"operator {op} needs exactly one integer value", field="values")
+        if op in _NUMERIC and (len(values) != 1 or _as_int(values[0]) is None):
+            raise InputError(f"operator {op} needs exactly one integer value", field="values")
         min_values = raw.get("minValues")
         if min_values is not None and (not isinstance(min_values, int) or isinstance(min_values, bool)
                                        or min_values < 1):
@@ -119,13 +123,18 @@ class Requirements(BaseModel):
     def __and__(self, other: Requirements) -> Requirements:
         return Requirements(items=self.items + other.items)
 
+    @classmethod
+    def never(cls) -> Requirements:
+        """A term that matches no node (Kubernetes: an empty node selector term matches no objects)."""
+        return cls(items=(Requirement(key="nodeplan.io/empty-term", operator="In", values=()),))
+
     def matches(self, labels: Mapping[str, str]) -> bool:
         return all(req.matches(labels) for req in self.items)
 
     def failing(self, labels: Mapping[str, str]) -> list[Requirement]:
         return [req for req in self.items if not req.matches(labels)]
 
-    def keys(self) -> set[str]:
+    def label_keys(self) -> set[str]:
         return {req.key for req in self.items}
 
     def for_key(self, key: str) -> list[Requirement]:

@@ -19,7 +19,7 @@ EPHEMERAL_STORAGE = "ephemeral-storage"
 class Resources(Mapping[str, int]):
     """An immutable, hashable resource vector. Missing resources are zero."""
 
-    __slots__ = ("_items", "_hash")
+    __slots__ = ("_hash", "_items")
 
     def __init__(self, values: Mapping[str, int] | Iterable[tuple[str, int]] = ()) -> None:
         items = dict(values)

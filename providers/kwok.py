@@ -2,7 +2,8 @@
 
 144 instance types: vCPU in {1 … 256} × family c/s/m (2/4/8 GiB per vCPU) × arch amd64/arm64 × os
 linux/windows, offered in four zones as spot and on-demand. On-demand price = 0.025 × vCPU + 0.001 ×
-memory in bytes / 1e9 (memory counted in GiB × 2^30); spot costs 0.7 × on-demand. kubeReserved is 100m cpu and 10Mi memory.
+memory in bytes / 1e9 (memory counted in GiB × 2^30); spot costs 0.7 × on-demand. kubeReserved is 100m
+cpu and 10Mi memory.
 """
 
 from __future__ import annotations

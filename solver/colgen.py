@@ -27,7 +27,6 @@ from solver.patterns import (
 )
 
 EPS = 1e-6
-DEBUG = False
 
 
 
@@ -42,7 +41,8 @@ class Objective:
     def penalties(self, b: Bin) -> np.ndarray:
         if b.existing:
             return np.zeros(len(self.best_rank), dtype=np.int64)
-        return np.maximum(b.rank - self.best_rank, 0) * self.rank_weight
+        penalties: np.ndarray = np.maximum(b.rank - self.best_rank, 0) * self.rank_weight
+        return penalties
 
     def cost(self, b: Bin, counts: np.ndarray) -> int:
         return int(b.cost + int(self.penalties(b) @ counts))
@@ -56,8 +56,10 @@ class ColumnGenerationResult:
     converged: bool
     iterations: int
     lp_solution: dict[Pattern, float] = field(default_factory=dict)
-    #: at convergence: a lower bound on the reduced cost of any pattern on each bin (≥ 0 up to tolerance)
+    #: from the last complete exact pricing round: a lower bound on the reduced cost of any pattern on each
+    #: bin, and the LP value of the solve whose duals they belong to (cost(x) ≥ floor_lp + Σ floor_b·n_b)
     reduced_cost_floor: dict[int, float] = field(default_factory=dict)
+    floor_lp_value: float = 0.0
     master: MasterLP | None = None
 
 
@@ -222,7 +224,7 @@ def _exact_round(master: MasterLP, bins: list[Bin], sizes: np.ndarray, demand: n
 
 def column_generation(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, objective: Objective,
                       limits: dict[tuple[int, str], int], initial: list[Pattern],
-                      deadline: float, exact_time: float = 0.1, tolerance: float = 0.0,
+                      deadline: float, exact_time: float = 0.05, tolerance: float = 1e-4,
                       workers: int = 2) -> ColumnGenerationResult:
     """Generate patterns until the LP is solved (or its bound is within ``tolerance``) or time is up."""
     master = MasterLP(bins, demand, objective, limits)
@@ -231,6 +233,7 @@ def column_generation(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, ob
     lower = -np.inf
     converged = False
     final_floors: dict[int, float] = {}
+    floor_value = 0.0
     last_rc: dict[int, float] = {}
     pool = ThreadPoolExecutor(max_workers=max(workers, 1), thread_name_prefix="pricing")
     iterations = 0
@@ -250,10 +253,9 @@ def column_generation(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, ob
                                          exact_time, pool)
             if floors is not None:
                 lower = max(lower, farley_bound(bins, value, floors))
-                if DEBUG: print(f"{time.monotonic():.2f} value {value:.0f} farley {lower:.0f} added {added}")
+                final_floors, floor_value = floors, value
                 if not added:
                     converged = True
-                    final_floors = floors
                     break
         value = master.solve()
     pool.shutdown(wait=True)
@@ -261,4 +263,4 @@ def column_generation(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, ob
         lower = max(lower, value)
     return ColumnGenerationResult(patterns=list(master.columns), lp_value=value, lower_bound=float(lower),
                                   converged=converged, iterations=iterations, lp_solution=master.solution(),
-                                  reduced_cost_floor=final_floors, master=master)
+                                  reduced_cost_floor=final_floors, floor_lp_value=floor_value, master=master)

@@ -59,6 +59,11 @@ def solve_compact(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, limits
                 model.add(sum(prev) >= sum(mine.values()))
     for k in ks:
         model.add(sum(v for (b, s, kk), v in count.items() if kk == k) == int(demand[k]))
+    # aggregate capacity cuts: implied, but they give CP-SAT's LP relaxation the bin-packing bound
+    for r in range(sizes.shape[1]):
+        need = int(sum(int(demand[k]) * int(sizes[k, r]) for k in ks))
+        if need:
+            model.add(sum(int(bins[b].capacity[r]) * u for (b, s), u in used.items()) >= need)
     for (pool, name), rem in limits.items():
         terms = [bins[b].limit_use.get(name, 0) * u for (b, s), u in used.items()
                  if bins[b].pool_index == pool and bins[b].limit_use.get(name, 0)]
@@ -68,7 +73,7 @@ def solve_compact(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, limits
     if cost_below is not None:
         model.add(cost <= cost_below - 1)
     if cost_at_least > 0:
-        model.add(cost >= int(math.floor(cost_at_least - 1e-6 * max(cost_at_least, 1.0))))
+        model.add(cost >= math.floor(cost_at_least - 1e-6 * max(cost_at_least, 1.0)))
     if extra:
         extra(model, used)
     if hint:
@@ -80,11 +85,11 @@ def solve_compact(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, limits
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return CompactResult(status=name, chosen=None, cost=None)
     chosen: dict[Pattern, int] = {}
-    for (b, s), u in used.items():
+    for (b_index, slot), u in used.items():
         if solver.value(u):
-            counts = tuple(int(solver.value(count[b, s, k])) if (b, s, k) in count else 0
+            counts = tuple(int(solver.value(count[b_index, slot, k])) if (b_index, slot, k) in count else 0
                            for k in range(len(demand)))
-            pattern = Pattern(b, counts)
+            pattern = Pattern(b_index, counts)
             chosen[pattern] = chosen.get(pattern, 0) + 1
     return CompactResult(status=name, chosen=chosen, cost=int(solver.objective_value))
 

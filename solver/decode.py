@@ -42,15 +42,15 @@ def shrink(problem: Problem, placement: Placement) -> Placement:
     """Move each new node to the cheapest template of its pool that still holds its pods and admits
     every class on it, without using more of any NodePool limit."""
     class_of = {pod.key: c.index for c in problem.classes for pod in c.pods}
-    by_pool: dict[str, np.ndarray] = {}
+    by_pool: dict[str, list[int]] = {}
     for t, tmpl in enumerate(problem.templates):
-        by_pool.setdefault(tmpl.pool.name, []).append(t)  # type: ignore[arg-type]
+        by_pool.setdefault(tmpl.pool.name, []).append(t)
     prices = np.array([t.price_micros for t in problem.templates], dtype=np.int64)
     for node in placement.new_nodes:
         current = problem.templates[node.template]
         idx = np.array(by_pool[current.pool.name], dtype=np.int64)
         load = sum((problem.sizes[class_of[p.key]] for p in node.pods), np.zeros(len(problem.axes), np.int64))
-        ks = sorted({class_of[p.key] for p in node.pods})
+        ks = np.array(sorted({class_of[p.key] for p in node.pods}), dtype=np.int64)
         ok = np.all(problem.template_alloc[idx] >= load, axis=1) & np.all(problem.template_ok[np.ix_(ks, idx)],
                                                                             axis=0)
         for name, use in current.limit_use.items():

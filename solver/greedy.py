@@ -60,7 +60,8 @@ class GreedyScheduler:
     def _narrow(self, claim: _Claim, c: int, total: np.ndarray) -> np.ndarray:
         cand = claim.candidates
         keep = self.p.template_ok[c, cand] & np.all(self.p.template_alloc[cand] >= total, axis=1)
-        return cand[keep]
+        narrowed: np.ndarray = cand[keep]
+        return narrowed
 
     def _new_claim(self, c: int, size: np.ndarray, order: int) -> _Claim | None:
         for pool_index, idx in enumerate(self.by_pool):
@@ -108,10 +109,11 @@ class GreedyScheduler:
                     break
             if placed:
                 continue
-            claim = self._new_claim(c, size, len(claims))
-            if claim is None:
+            new_claim = self._new_claim(c, size, len(claims))
+            if new_claim is None:
                 placement.unschedulable.append(pod)
                 continue
+            claim = new_claim
             claim.pods.append(pod)
             claim.ceiling = self.p.template_alloc[claim.candidates].max(axis=0).tolist()
             claim.used = size_list

@@ -15,8 +15,8 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from solver.bins import Bin
-from solver.cpsat import make_solver
 from solver.colgen import Objective
+from solver.cpsat import make_solver
 from solver.patterns import Pattern
 
 
@@ -83,7 +83,7 @@ def solve_master(bins: list[Bin], patterns: list[Pattern], demand: np.ndarray, o
     total = (sum(objective.unscheduled_weight * v for v in u)
              + sum(objective.cost(bins[p.bin], p.array()) * var for p, var in x.items()))
     if lower_bound > 0:
-        model.add(total >= int(math.floor(lower_bound - 1e-6 * max(lower_bound, 1.0))))
+        model.add(total >= math.floor(lower_bound - 1e-6 * max(lower_bound, 1.0)))
     model.minimize(total)
     if hint:
         for p, var in x.items():

@@ -14,7 +14,7 @@ from ortools.sat.python import cp_model
 
 from solver.bins import Bin
 
-VALUE_SCALE = 1_000_000
+VALUE_SCALE = 1_000  # duals are in micro-dollars already; 1e-3 of that is plenty
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,7 @@ def exact_pricing(b: Bin, sizes: np.ndarray, values: np.ndarray, demand: np.ndar
         terms = [(int(sizes[k, r]), x[k]) for k in ks if sizes[k, r] > 0]
         if terms:
             model.add(sum(c * v for c, v in terms) <= int(b.capacity[r]))
-    scaled = {k: int(round(values[k] * VALUE_SCALE)) for k in ks}
+    scaled = {k: round(values[k] * VALUE_SCALE) for k in ks}
     model.maximize(sum(scaled[k] * x[k] for k in ks))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit

@@ -1,14 +1,20 @@
 """Provisioning: snapshot in, ProvisioningPlan out.
 
-Pipeline: compile the batch (classes, templates, existing capacity) → greedy plan (Karpenter's
-algorithm, always a valid answer) → column generation (patterns + LP lower bound) → CP-SAT integer
-master warm-started from greedy → decode and shrink → keep the better of CP-SAT and greedy.
+Pipeline, each stage anytime and bounded by the time limit:
+1. compile the batch: pod classes, node templates → bins, existing free capacity;
+2. greedy: Karpenter's first-fit-decreasing — a valid plan within milliseconds, and the yardstick;
+3. column generation: patterns and the LP lower bound every plan is measured against;
+4. dive: round the LP into an integer plan, finishing the last nodes with the exact compact model;
+5. proof (small batches): the compact model over dual-filtered slots proves the plan optimal or beats it;
+6. pattern master: CP-SAT over all generated patterns, warm-started, with whatever time is left.
+The best plan found (lexicographically: pods scheduled, NodePool weight honoured, cost) is returned.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,14 +33,13 @@ from model.snapshot import Snapshot
 from solver.bins import Bin, bin_of_template, build_bins
 from solver.colgen import ColumnGenerationResult, Objective, column_generation
 from solver.decode import decode, shrink
+from solver.dive import dive
 from solver.explain import explain
-from solver.greedy import GreedyScheduler, greedy_placement
+from solver.greedy import greedy_placement
 from solver.master import solve_master
 from solver.patterns import Pattern
 from solver.placement import Placement
 from solver.problem import Problem, compile_problem
-from solver.compact import solve_compact
-from solver.dive import dive
 from solver.proof import prove, slot_bounds
 
 
@@ -142,59 +147,63 @@ def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResul
     options = options or SolveOptions()
     started = time.monotonic()
     deadline = started + options.time_limit
-    problem = compile_problem(snapshot)
-    greedy_started = time.monotonic()
-    greedy = shrink(problem, greedy_placement(problem))
-    greedy_seconds = time.monotonic() - greedy_started
-    stats = _Stats(greedy_seconds=greedy_seconds)
+    stats = _Stats()
+    with stats.stage("compile"):
+        problem = compile_problem(snapshot)
+    with stats.stage("greedy"):
+        greedy = shrink(problem, greedy_placement(problem))
+    stats.greedy_seconds = stats.stages["greedy"]
     if not problem.classes:
         return _result(problem, greedy, greedy, 0.0, "EMPTY", started, options, stats)
-    bins = build_bins(problem)
+    with stats.stage("bins"):
+        bins = build_bins(problem)
+        objective = _objective(problem, bins)
+        greedy_patterns = _patterns_of(problem, bins, greedy)
+        limits = _limits(problem)
+        demand = placeable_demand(problem, bins)
     stats.bins = len(bins)
-    objective = _objective(problem, bins)
-    greedy_patterns = _patterns_of(problem, bins, greedy)
-    limits = _limits(problem)
-    demand = placeable_demand(problem, bins)
-    cg = column_generation(bins, problem.sizes, demand, objective, limits, list(greedy_patterns),
-                           started + options.time_limit * options.colgen_share)
+    with stats.stage("colgen"):
+        cg = column_generation(bins, problem.sizes, demand, objective, limits, list(greedy_patterns),
+                               started + options.time_limit * options.colgen_share, workers=options.workers)
     stats.patterns = len(cg.patterns)
     bound = cg.lower_bound if np.isfinite(cg.lower_bound) else 0.0
     greedy_score = _score(problem, objective, greedy)
     placement, status = greedy, "GREEDY"
     hint = greedy_patterns
-    rounded = _dive(problem, bins, cg, demand, limits, options, deadline, stats)
+    with stats.stage("dive"):
+        rounded = _dive(problem, bins, cg, demand, limits, options, deadline, stats)
     if rounded is not None and _score(problem, objective, rounded) < greedy_score:
         placement, status = rounded, "FEASIBLE"
         hint = _patterns_of(problem, bins, rounded)
-    provable = cg.converged and objective.rank_weight == 0 and bool(cg.reduced_cost_floor)
-    for attempt in range(2):
-        remaining = deadline - time.monotonic()
-        budget = min(1.0, 0.3 * remaining) if attempt == 0 and provable else 0.9 * remaining
-        master = solve_master(bins, cg.patterns, demand, objective, limits, hint, time_limit=budget, seed=options.seed,
-                              workers=options.workers, deterministic=options.deterministic, lower_bound=bound,
-                              gap=options.gap, on_solution=options.on_progress)
-        if master is None:
-            stats.notes.append("CP-SAT found no plan in time; the best plan so far is returned")
-            break
-        candidate = decode(problem, bins, master.chosen)
-        if _score(problem, objective, candidate) <= min(greedy_score, _score(problem, objective, placement)):
-            placement, status = candidate, "FEASIBLE"
-        if master.status == "OPTIMAL" and master.objective <= bound + 0.5:
-            status = "OPTIMAL"
-        if status == "OPTIMAL" or master.objective <= bound * (1 + options.gap) or time.monotonic() >= deadline:
-            break
-        if provable and _all_placeable_scheduled(problem, demand, placement):
-            cost = placement.cost_micros(problem)
-            slots = sum(slot_bounds(bins, problem.sizes, demand, cg.reduced_cost_floor, cost - cg.lp_value,
-                                    cost).values())
-            if slots <= options.max_proof_slots:
+    provable = objective.rank_weight == 0 and bool(cg.reduced_cost_floor)
+    if provable and _all_placeable_scheduled(problem, demand, placement):
+        cost = placement.cost_micros(problem)
+        slots = sum(slot_bounds(bins, problem.sizes, demand, cg.reduced_cost_floor, cost - cg.floor_lp_value,
+                                cost).values())
+        if slots <= options.max_proof_slots:
+            with stats.stage("proof"):
                 outcome = _try_proof(problem, bins, demand, limits, cg, objective, options, deadline, placement,
-                                     status, stats)
-                placement, status = outcome if isinstance(outcome, tuple) else (placement, outcome)
-                break
-        hint = _patterns_of(problem, bins, placement)
-    if status == "GREEDY" and placement is greedy:
-        stats.notes.append("no CP-SAT plan beat greedy; greedy plan returned")
+                                 status, stats)
+            placement, status = outcome if isinstance(outcome, tuple) else (placement, outcome)
+    if status != "OPTIMAL" and deadline - time.monotonic() > 0.2:
+        with stats.stage("master"):
+            master = solve_master(bins, cg.patterns, demand, objective, limits, hint,
+                                  time_limit=(deadline - time.monotonic()) * 0.9, seed=options.seed,
+                                  workers=options.workers, deterministic=options.deterministic,
+                                  lower_bound=bound, gap=options.gap, on_solution=options.on_progress)
+        if master is None:
+            stats.notes.append("the pattern master found no plan in time")
+        else:
+            candidate = decode(problem, bins, master.chosen)
+            if _score(problem, objective, candidate) < _score(problem, objective, placement):
+                placement, status = candidate, "FEASIBLE"
+            if master.status == "OPTIMAL" and master.objective <= bound + 0.5:
+                status = "OPTIMAL"
+    if status != "OPTIMAL" and objective.rank_weight == 0 and _all_placeable_scheduled(problem, demand, placement) \
+            and placement.cost_micros(problem) <= bound + 0.5:
+        status = "OPTIMAL"  # the plan meets the lower bound, whichever stage found it
+    if placement is greedy:
+        stats.notes.append("no CP-SAT plan beat greedy; the greedy plan is returned")
     cost = placement.cost_micros(problem)
     if status == "OPTIMAL":
         stats.bound_method = "proven optimal (CP-SAT over reduced-cost-filtered slots)"
@@ -203,60 +212,12 @@ def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResul
         stats.bound_method = "column generation LP" + ("" if cg.converged else " (Lagrangian, not converged)")
         reported = bound
     else:
-        reported, _ = lower_bound(problem, bins, placement, max(deadline, time.monotonic() + 1.0), cg.patterns)
+        with stats.stage("bound"):
+            reported, _ = lower_bound(problem, bins, placement, max(deadline, time.monotonic() + 1.0),
+                                      cg.patterns)
         stats.bound_method = "column generation LP over the pods this plan schedules"
     stats.lp_bound = cg.lp_value if cg.converged else None
     return _result(problem, placement, greedy, reported, status, started, options, stats)
-
-
-def _lp_rounding(problem: Problem, bins: list[Bin], cg: ColumnGenerationResult, demand: np.ndarray,
-                 objective: Objective, limits: dict[tuple[int, str], int], options: SolveOptions,
-                 deadline: float, stats: _Stats) -> Placement | None:
-    """LP rounding: keep ⌊x*⌋ of every LP pattern, then cover the rest exactly with the compact model.
-
-    A basic LP solution has at most one fractional pattern per class, so the residual is a few nodes'
-    worth of pods; the compact model packs it over the bins the LP used (plus one slot of every bin).
-    """
-    fixed = {p: int(v + 1e-9) for p, v in cg.lp_solution.items() if int(v + 1e-9) > 0}
-    covered = np.zeros(len(demand), dtype=np.int64)
-    residual_limits = dict(limits)
-    taken: dict[int, int] = {}
-    for pattern, n in fixed.items():
-        covered += pattern.array() * n
-        b = bins[pattern.bin]
-        taken[b.index] = taken.get(b.index, 0) + n
-        for (pool, name) in residual_limits:
-            if b.pool_index == pool:
-                residual_limits[pool, name] -= b.limit_use.get(name, 0) * n
-    # trim the fixed part where it over-covers, so the residual is exactly what is left
-    residual = np.maximum(demand - covered, 0)
-    slots: dict[int, int] = {}
-    fractional: dict[int, float] = {}
-    for pattern, v in cg.lp_solution.items():
-        fractional[pattern.bin] = fractional.get(pattern.bin, 0.0) + (v - int(v + 1e-9))
-    for b in bins:
-        n = 1 + int(np.ceil(fractional.get(b.index, 0.0) - 1e-9))
-        if b.count is not None:
-            n = min(n, b.count - taken.get(b.index, 0))
-        if n > 0:
-            slots[b.index] = n
-    if not residual.any():
-        return decode(problem, bins, fixed)
-    hint = _residual_hint(problem, bins, fixed, residual)
-    for pattern, n in hint.items():
-        slots[pattern.bin] = max(slots.get(pattern.bin, 0), sum(m for q, m in hint.items() if q.bin == pattern.bin))
-    budget = min(max((deadline - time.monotonic()) * 0.3, 0.2), 5.0)
-    result = solve_compact(bins, problem.sizes, residual, residual_limits, slots, time_limit=budget,
-                           seed=options.seed, workers=options.workers, deterministic=options.deterministic,
-                           hint=hint)
-    stats.notes.append(f"LP rounding: {sum(fixed.values())} node(s) fixed, residual of {int(residual.sum())} "
-                       f"pod(s) over {sum(slots.values())} slot(s): {result.status}")
-    if result.chosen is None:
-        return None
-    chosen = dict(fixed)
-    for pattern, n in result.chosen.items():
-        chosen[pattern] = chosen.get(pattern, 0) + n
-    return decode(problem, bins, chosen)
 
 
 def _dive(problem: Problem, bins: list[Bin], cg: ColumnGenerationResult, demand: np.ndarray,
@@ -272,21 +233,6 @@ def _dive(problem: Problem, bins: list[Bin], cg: ColumnGenerationResult, demand:
     return decode(problem, bins, chosen) if chosen else None
 
 
-def _residual_hint(problem: Problem, bins: list[Bin], fixed: dict[Pattern, int],
-                   residual: np.ndarray) -> dict[Pattern, int]:
-    """Greedy's packing of the residual pods, as patterns: a starting point for the compact model."""
-    pods = []
-    for c in problem.classes:
-        pods.extend(c.pods[: int(residual[c.index])])
-    scheduler = GreedyScheduler(problem)
-    for pattern, n in fixed.items():
-        b = bins[pattern.bin]
-        if b.existing:
-            for e in b.members[:n]:
-                scheduler.free[e] = -1  # taken by the fixed part
-    return _patterns_of(problem, bins, scheduler.run(pods))
-
-
 def _all_placeable_scheduled(problem: Problem, demand: np.ndarray, placement: Placement) -> bool:
     return len(placement.unschedulable) == int((problem.demand - demand).sum())
 
@@ -297,9 +243,9 @@ def _try_proof(problem: Problem, bins: list[Bin], demand: np.ndarray, limits: di
     """Prove the plan optimal, or replace it with the better plan the proof finds."""
     if not _all_placeable_scheduled(problem, demand, placement):
         return status
-    incumbent = _patterns_of(problem, bins, placement)
     cost = placement.cost_micros(problem)
-    proof = prove(bins, problem.sizes, demand, limits, cg.reduced_cost_floor, cg.lp_value, incumbent, cost,
+    bound = max(cg.lower_bound, 0.0)
+    proof = prove(bins, problem.sizes, demand, limits, cg.reduced_cost_floor, cg.floor_lp_value, bound, cost,
                   time_limit=deadline - time.monotonic(), seed=options.seed, workers=options.workers,
                   deterministic=options.deterministic, max_slots=options.max_proof_slots)
     stats.notes.append(f"optimality proof: {proof.status} over {proof.slots} node slots")
@@ -312,12 +258,21 @@ def _try_proof(problem: Problem, bins: list[Bin], demand: np.ndarray, limits: di
 
 @dataclass
 class _Stats:
+    stages: dict[str, float] = field(default_factory=dict)
     greedy_seconds: float = 0.0
     bins: int = 0
     patterns: int = 0
     bound_method: str = "none"
     lp_bound: float | None = None
     notes: list[str] = field(default_factory=list)
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            self.stages[name] = round(self.stages.get(name, 0.0) + time.monotonic() - began, 3)
 
 
 def _result(problem: Problem, placement: Placement, greedy: Placement, bound: float, status: str,
@@ -366,4 +321,5 @@ def to_plan(problem: Problem, placement: Placement, greedy: Placement, bound_mic
         solver=SolverReport(status=status, wall_seconds=round(time.monotonic() - started, 3), seed=options.seed,
                             time_limit_seconds=options.time_limit, pod_classes=len(problem.classes),
                             templates=stats.bins, patterns=stats.patterns, bound_method=stats.bound_method,
-                            greedy_seconds=round(stats.greedy_seconds, 3), notes=stats.notes))
+                            greedy_seconds=round(stats.greedy_seconds, 3), stages=stats.stages,
+                            notes=stats.notes))

@@ -84,7 +84,7 @@ def _custom_label_choices(pool: NodePool, fixed: dict[str, str], classes: Sequen
     """
     reqs = pool.requirements
     axes: list[list[tuple[str, str | None]]] = []
-    for key in sorted(reqs.keys() - fixed.keys()):
+    for key in sorted(reqs.label_keys() - set(fixed)):
         finite = reqs.candidate_values(key)
         wanted = sorted({v for c in classes for alt in c.requirements for v in alt.values_mentioned(key)})
         if finite is not None:

@@ -45,8 +45,8 @@ def verify(snapshot: Snapshot, plan: ProvisioningPlan) -> list[str]:
     seen: Counter[str] = Counter()
     for claim in plan.node_claims:
         seen.update(claim.pods)
-    for node in plan.existing_nodes:
-        seen.update(node.pods)
+    for assigned in plan.existing_nodes:
+        seen.update(assigned.pods)
     seen.update(u.pod for u in plan.unschedulable)
     for key in sorted(pending - seen.keys()):
         violations.append(f"pending pod {key} is missing from the plan")
@@ -110,10 +110,11 @@ def verify(snapshot: Snapshot, plan: ProvisioningPlan) -> list[str]:
     nodes = {n.name: n for n in snapshot.nodes}
     for assignment in plan.existing_nodes:
         where = f"existing node {assignment.name}"
-        node = nodes.get(assignment.name)
-        if node is None:
+        existing = nodes.get(assignment.name)
+        if existing is None:
             violations.append(f"{where}: not in the snapshot")
             continue
+        node = existing
         if node.unschedulable or node.deleting:
             violations.append(f"{where}: is cordoned or being deleted")
         bound = snapshot.pods_on(node.name)

@@ -12,7 +12,7 @@
 # Env:
 #   NODEPLAN_CLUSTER_DIR        state dir: pki, kubeconfig, logs, etcd data (default /tmp/nodeplan-cluster)
 #   NODEPLAN_CONTROL_PLANE_BIN  dir with the binaries (default: the output of build.sh, which
-#                               builds them first if needed — a cold build takes ~30 min)
+#                               builds them first if needed — a cold build takes ~6-8 min)
 #   NODEPLAN_CLUSTER_TIMEOUT    seconds to wait for readiness (default 120)
 set -euo pipefail
 
@@ -27,7 +27,7 @@ marker=.nodeplan-cluster
 log() { echo "cluster.sh: $*" >&2; }
 die() { log "$*"; exit 1; }
 
-# "STATE STARTTIME" of a live process from /proc/PID/stat (fields 3 and 22), or nothing.
+# Start time (field 22 of /proc/PID/stat) of a live, non-zombie process; fails otherwise.
 proc_id() {
   local stat rest
   stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 1

@@ -61,8 +61,7 @@ api GET "/api/v1/nodes/${node}" | jq_py '"   allocatable=%s taints=%s" % (d["sta
 api POST /api/v1/namespaces/default/pods "$(cat <<EOF
 {"apiVersion":"v1","kind":"Pod","metadata":{"name":"${pod}"},
  "spec":{"containers":[{"name":"c","image":"example.invalid/none:0",
-   "resources":{"requests":{"cpu":"1","memory":"1Gi"}}}],
-   "tolerations":[{"key":"kwok.x-k8s.io/node","operator":"Exists","effect":"NoSchedule"}]}}
+   "resources":{"requests":{"cpu":"1","memory":"1Gi"}}}]}}
 EOF
 )" >/dev/null
 

@@ -23,7 +23,7 @@ class SelectionRule:
     def _class_keys(self, pod_class: PodClass) -> tuple[str, ...]:
         keys = self._keys.get(pod_class.index)
         if keys is None:
-            keys = tuple(sorted({k for reqs in pod_class.requirements for k in reqs.keys()}))
+            keys = tuple(sorted({k for reqs in pod_class.requirements for k in reqs.label_keys()}))
             self._keys[pod_class.index] = keys
         return keys
 

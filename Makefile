@@ -1,0 +1,37 @@
+# nodeplan — every target sets itself up on a fresh machine (Python 3.11 + make).
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SNAPSHOT ?= fixtures/snapshots/example.yaml
+
+.PHONY: setup run test bench lint clean
+
+$(STAMP): requirements.lock pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 2; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet --require-hashes -r requirements.lock
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e . || $(BIN)/pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+## Solve the bundled example snapshot with the built-in KWOK catalog and print the plan.
+run: $(STAMP)
+	$(BIN)/nodeplan solve $(SNAPSHOT) --compare greedy
+
+## The whole test suite (what CI runs).
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+## Benchmarks: prints a table (see README); BENCH_ARGS="--sizes 100,1000" to narrow.
+bench: $(STAMP)
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy model solver providers controller
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
