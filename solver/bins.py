@@ -35,6 +35,8 @@ def _new_bins(problem: Problem) -> list[Bin]:
     groups: dict[tuple[object, ...], list[int]] = {}
     pool_index = {pool.name: i for i, pool in enumerate(problem.pools)}
     for t, tmpl in enumerate(problem.templates):
+        if any(use > tmpl.pool.limits_remaining.get(name, use) for name, use in tmpl.limit_use.items()):
+            continue  # one node of this template already breaks its NodePool's limits
         key = (tmpl.pool.name, tuple(problem.template_alloc[t]), tmpl.price_micros,
                tuple(sorted(tmpl.limit_use.items())), problem.template_ok[:, t].tobytes())
         groups.setdefault(key, []).append(t)

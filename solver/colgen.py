@@ -128,6 +128,11 @@ class MasterLP:
     def set_count(self, b: int, count: int) -> None:
         self.count_rows[b].SetUb(float(max(count, 0)))
 
+    def forbid(self, pattern: Pattern) -> None:
+        """Keep the LP from using a pattern again (the dive found it can no longer be built)."""
+        if pattern in self.columns:
+            self.columns[pattern].SetUb(0.0)
+
     def set_limit(self, key: tuple[int, str], value: int) -> None:
         self.limit_rows[key].SetUb(float(max(value, 0)))
 

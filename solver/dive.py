@@ -38,7 +38,7 @@ def dive(master: MasterLP, bins: list[Bin], sizes: np.ndarray, demand: np.ndarra
             master.solve()
         solution = master.solution()
         if not solution:
-            return None
+            return committed  # the LP leaves the rest unscheduled (limits): so does the plan
         nodes_left = sum(solution.values())
         if nodes_left <= finish_nodes:
             rest = _finish(bins, sizes, residual, limits_left, counts_left, solution, deadline, seed, workers,
@@ -51,12 +51,14 @@ def dive(master: MasterLP, bins: list[Bin], sizes: np.ndarray, demand: np.ndarra
         if not take:
             best = max(solution.items(), key=lambda item: (item[1], -item[0].bin, item[0].counts))[0]
             take = {best: 1}
+        progress = False
         for pattern, n in sorted(take.items(), key=lambda item: (item[0].bin, item[0].counts)):
             b = bins[pattern.bin]
             for _ in range(n):
                 if not residual.any():
                     break
-                if b.count is not None and counts_left[b.index] <= 0:
+                if not _buildable(b, counts_left, limits_left):
+                    master.forbid(pattern)
                     break
                 trimmed = np.minimum(pattern.array(), residual)
                 if not trimmed.any():
@@ -71,7 +73,23 @@ def dive(master: MasterLP, bins: list[Bin], sizes: np.ndarray, demand: np.ndarra
                     if b.pool_index == key[0] and b.limit_use.get(key[1], 0):
                         limits_left[key] -= b.limit_use[key[1]]
                         master.set_limit(key, limits_left[key])
+                progress = True
+        if not progress:
+            # the LP leans on nodes that no longer fit the limits: forbid them and re-solve
+            stuck = [p for p in solution if not _buildable(bins[p.bin], counts_left, limits_left)]
+            if not stuck:
+                return None
+            for pattern in stuck:
+                master.forbid(pattern)
     return committed
+
+
+def _buildable(b: Bin, counts_left: dict[int, int], limits_left: dict[tuple[int, str], int]) -> bool:
+    """Can one more node of ``b`` be added without exceeding an existing-node count or a NodePool limit?"""
+    if b.count is not None and counts_left[b.index] <= 0:
+        return False
+    return all(b.limit_use.get(name, 0) <= left for (pool, name), left in limits_left.items()
+               if pool == b.pool_index)
 
 
 def _finish(bins: list[Bin], sizes: np.ndarray, residual: np.ndarray, limits: dict[tuple[int, str], int],
@@ -88,7 +106,7 @@ def _finish(bins: list[Bin], sizes: np.ndarray, residual: np.ndarray, limits: di
             n = min(n, counts_left.get(b.index, 0))
         if n > 0:
             slots[b.index] = n
-    budget = min(max(deadline - time.monotonic(), 0.1), 1.0)
+    budget = min(max(deadline - time.monotonic(), 0.1), 0.5)
     result = solve_compact(bins, sizes, residual, limits, slots, time_limit=budget, seed=seed, workers=workers,
                            deterministic=deterministic)
     return result.chosen

@@ -229,7 +229,8 @@ def _dive(problem: Problem, bins: list[Bin], cg: ColumnGenerationResult, demand:
     budget = started + max((deadline - started) * 0.5, 0.2)
     chosen = dive(cg.master, bins, problem.sizes, demand, limits, budget, seed=options.seed,
                   workers=options.workers, deterministic=options.deterministic)
-    stats.notes.append(f"LP dive: {'done' if chosen else 'ran out of time'} in {time.monotonic() - started:.2f} s")
+    outcome = "done" if chosen else "no plan (time or limits)"
+    stats.notes.append(f"LP dive: {outcome} in {time.monotonic() - started:.2f} s")
     return decode(problem, bins, chosen) if chosen else None
 
 
