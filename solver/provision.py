@@ -312,7 +312,7 @@ def to_plan(problem: Problem, placement: Placement, greedy: Placement, bound_mic
     bound = min(bound_micros, cost_micros) / MICRO
     if status == "OPTIMAL":
         bound = sum(c.price for c in claims)
-    greedy_cost = greedy.cost_micros(problem) / MICRO
+    greedy_cost = sum(problem.templates[n.template].offering.price for n in greedy.new_nodes)
     return ProvisioningPlan(
         node_claims=claims, existing_nodes=existing, unschedulable=unschedulable,
         cost=PlanCost(total=round(total, 6), lower_bound=round(bound, 6),

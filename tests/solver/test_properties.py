@@ -1,0 +1,105 @@
+"""Property tests: on random clusters every plan passes the verifier, schedules at least as many pods as
+greedy, never costs more than greedy when it schedules the same pods, and never undercuts its bound."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bench.workloads import nodepool, pod
+from providers.kwok import kwok_catalog
+from tests.conftest import snapshot_of, solve_verified
+
+CATALOG = tuple(it for it in kwok_catalog() if it.labels["kubernetes.io/os"] == "linux"
+                and int(it.labels["karpenter.kwok.sh/instance-cpu"]) <= 16)
+ZONES = ["test-zone-a", "test-zone-b", "test-zone-c", "test-zone-d"]
+TAINT = {"key": "team", "value": "ml", "effect": "NoSchedule"}
+
+
+@st.composite
+def pools(draw: st.DrawFn) -> list[dict[str, Any]]:
+    out = []
+    for i in range(draw(st.integers(1, 3))):
+        reqs = []
+        if draw(st.booleans()):
+            reqs.append({"key": "karpenter.sh/capacity-type", "operator": "In",
+                         "values": draw(st.sampled_from([["spot"], ["on-demand"], ["spot", "on-demand"]]))})
+        if draw(st.booleans()):
+            reqs.append({"key": "kubernetes.io/arch", "operator": "In",
+                         "values": draw(st.sampled_from([["amd64"], ["arm64"]]))})
+        if draw(st.booleans()):
+            reqs.append({"key": "karpenter.kwok.sh/instance-family", "operator": "NotIn",
+                         "values": [draw(st.sampled_from(["c", "s", "m"]))]})
+        limits = {"cpu": str(draw(st.sampled_from([8, 16, 64])))} if draw(st.integers(0, 3)) == 0 else None
+        taints = [TAINT] if draw(st.integers(0, 3)) == 0 else None
+        out.append(nodepool(f"pool-{i}", requirements=reqs, weight=draw(st.sampled_from([None, 10, 50])),
+                            limits=limits, taints=taints))
+    return out
+
+
+@st.composite
+def workloads(draw: st.DrawFn) -> list[dict[str, Any]]:
+    out = []
+    for d in range(draw(st.integers(1, 5))):
+        extra: dict[str, Any] = {}
+        selector = draw(st.sampled_from([None, "zone", "arch", "capacity"]))
+        if selector == "zone":
+            extra["nodeSelector"] = {"topology.kubernetes.io/zone": draw(st.sampled_from(ZONES))}
+        elif selector == "arch":
+            extra["nodeSelector"] = {"kubernetes.io/arch": draw(st.sampled_from(["amd64", "arm64"]))}
+        elif selector == "capacity":
+            extra["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]}]}}}
+        if draw(st.booleans()):
+            extra["tolerations"] = [{"key": "team", "operator": "Exists"}]
+        cpu = draw(st.sampled_from(["100m", "250m", "500m", "1", "1500m", "3"]))
+        memory = draw(st.sampled_from(["128Mi", "512Mi", "1Gi", "4Gi", "12Gi"]))
+        for r in range(draw(st.integers(1, 12))):
+            out.append(pod(f"d{d}-{r}", cpu=cpu, memory=memory, owner=f"d{d}", spec_extra=dict(extra)))
+    return out
+
+
+@st.composite
+def existing(draw: st.DrawFn, pool_names: list[str]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for i in range(draw(st.integers(0, 2))):
+        name = f"node-{i}"
+        out.append({"apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": name, "labels": {
+                        "karpenter.sh/nodepool": draw(st.sampled_from(pool_names)), "kubernetes.io/os": "linux",
+                        "kubernetes.io/arch": "amd64", "kubernetes.io/hostname": name,
+                        "karpenter.sh/capacity-type": "on-demand",
+                        "topology.kubernetes.io/zone": draw(st.sampled_from(ZONES))}},
+                    "status": {"capacity": {"cpu": "4", "memory": "16Gi", "pods": "64"},
+                               "allocatable": {"cpu": "3900m", "memory": "16Gi", "pods": "64"},
+                               "conditions": [{"type": "Ready", "status": "True"}]}})
+        out.append(pod(f"bound-{i}", cpu=draw(st.sampled_from(["500m", "2"])), memory="2Gi", node_name=name))
+    return out
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> list[dict[str, Any]]:
+    ps = draw(pools())
+    objects = ps + draw(workloads()) + draw(existing([p["metadata"]["name"] for p in ps]))
+    if draw(st.booleans()):
+        objects.append({"apiVersion": "apps/v1", "kind": "DaemonSet",
+                        "metadata": {"name": "agent", "namespace": "kube-system"},
+                        "spec": {"template": {"spec": {"containers": [{"name": "a", "resources": {
+                            "requests": {"cpu": "100m", "memory": "128Mi"}}}]}}}})
+    return objects
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(clusters())
+def test_random_clusters_give_valid_plans_no_worse_than_greedy(objects: list[dict[str, Any]]) -> None:
+    snapshot = snapshot_of(objects, CATALOG)
+    result = solve_verified(snapshot, time_limit=2.0)
+    plan, greedy = result.plan, result.greedy
+    assert len(plan.unschedulable) <= len(greedy.unschedulable)
+    weights = {np.weight for np in snapshot.nodepools}
+    if len(plan.unschedulable) == len(greedy.unschedulable) and len(weights) == 1:
+        assert plan.cost.total <= (plan.cost.greedy or 0.0) + 1e-5  # prices are summed as floats
