@@ -43,7 +43,7 @@ class Compare(StrEnum):
 
 
 def _fail_input(err: InputError) -> typer.Exit:
-    stderr.print(f"error: {err}", markup=False, highlight=False)
+    typer.echo(f"error: {err}", err=True)
     return typer.Exit(2)
 
 
@@ -54,7 +54,7 @@ def _catalog(path: Path | None) -> tuple[InstanceType, ...]:
 def _load(snapshot: Path, catalog: Path | None) -> Snapshot:
     loaded = load_snapshot(snapshot).with_catalog(_catalog(catalog))
     for warning in loaded.warnings:
-        stderr.print(f"warning: {warning}", markup=False, highlight=False)
+        typer.echo(f"warning: {warning}", err=True)
     return loaded
 
 

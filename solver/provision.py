@@ -216,7 +216,7 @@ def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResul
             reported, _ = lower_bound(problem, bins, placement, max(deadline, time.monotonic() + 1.0),
                                       cg.patterns)
         stats.bound_method = "column generation LP over the pods this plan schedules"
-    stats.lp_bound = cg.lp_value if cg.converged else None
+    stats.lp_bound = cg.lp_value if cg.converged and objective.rank_weight == 0 else None
     return _result(problem, placement, greedy, reported, status, started, options, stats)
 
 
