@@ -32,7 +32,7 @@ def run_one(scenario: str, catalog_name: str, pods: int, time_limit: float, seed
     path.write_text(yaml.safe_dump(as_list(objects), sort_keys=False))
     started = time.monotonic()
     snapshot = load_snapshot(path).with_catalog(catalog)
-    result = solve(snapshot, SolveOptions(time_limit=time_limit))
+    result = solve(snapshot, SolveOptions(time_limit=time_limit, started_at=started))
     wall = time.monotonic() - started
     violations = verify(snapshot, result.plan)
     cost = result.plan.cost

@@ -55,6 +55,9 @@ class SolveOptions:
     deterministic: bool = True
     #: largest compact model (node slots) the optimality proof may build
     max_proof_slots: int = 600
+    #: ``time.monotonic()`` the time limit counts from (default: when ``solve`` starts); the CLI sets it
+    #: before loading, so ``--time-limit`` bounds the whole command
+    started_at: float | None = None
     on_progress: Callable[[float, float], None] | None = field(default=None, compare=False)
 
 
@@ -145,8 +148,9 @@ def lower_bound(problem: Problem, bins: list[Bin], placement: Placement, deadlin
 
 def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResult:
     options = options or SolveOptions()
-    started = time.monotonic()
-    deadline = started + options.time_limit
+    started = options.started_at if options.started_at is not None else time.monotonic()
+    # keep a little time back for decoding, the bound and the plan itself
+    deadline = started + options.time_limit - min(0.5, 0.05 * options.time_limit)
     stats = _Stats()
     with stats.stage("compile"):
         problem = compile_problem(snapshot)
