@@ -106,7 +106,7 @@ def _finish(bins: list[Bin], sizes: np.ndarray, residual: np.ndarray, limits: di
             n = min(n, counts_left.get(b.index, 0))
         if n > 0:
             slots[b.index] = n
-    budget = min(max(deadline - time.monotonic(), 0.1), 0.5)
+    budget = min(max(deadline - time.monotonic(), 0.1), 0.3)
     result = solve_compact(bins, sizes, residual, limits, slots, time_limit=budget, seed=seed, workers=workers,
                            deterministic=deterministic)
     return result.chosen

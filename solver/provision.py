@@ -48,7 +48,7 @@ class SolveOptions:
     time_limit: float = 10.0
     seed: int = 0
     workers: int = 2
-    #: share of the time limit column generation may use before the integer master starts
+    #: share of the time left after greedy that column generation may use
     colgen_share: float = 0.5
     #: stop the integer search once the plan is within this relative gap of the lower bound
     gap: float = 0.0
@@ -167,8 +167,9 @@ def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResul
         demand = placeable_demand(problem, bins)
     stats.bins = len(bins)
     with stats.stage("colgen"):
+        now = time.monotonic()
         cg = column_generation(bins, problem.sizes, demand, objective, limits, list(greedy_patterns),
-                               started + options.time_limit * options.colgen_share, workers=options.workers)
+                               now + (deadline - now) * options.colgen_share, workers=options.workers)
     stats.patterns = len(cg.patterns)
     bound = cg.lower_bound if np.isfinite(cg.lower_bound) else 0.0
     greedy_score = _score(problem, objective, greedy)
