@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from model.affinity import HostPort, PodAffinityTerm, TopologySpreadConstraint, parse_host_ports
 from model.errors import InputError
 from model.fields import RawObject
 from model.requirements import NODE_AFFINITY_OPERATORS, Requirement, Requirements
@@ -69,6 +71,20 @@ def _selector_term(raw: Any) -> Requirements:
     return Requirements.of(reqs)
 
 
+def _required_terms(section: RawObject) -> tuple[PodAffinityTerm, ...]:
+    return tuple(section.parse_each("requiredDuringSchedulingIgnoredDuringExecution", PodAffinityTerm.parse))
+
+
+def _preferred_terms(section: RawObject) -> tuple[PodAffinityTerm, ...]:
+    out = []
+    for item in section.items("preferredDuringSchedulingIgnoredDuringExecution"):
+        weight = item.int("weight", 0) or 0
+        if not 1 <= weight <= 100:
+            raise InputError("weight must be between 1 and 100", field=f"{item.path}.weight")
+        out.append(item.parse("podAffinityTerm", functools.partial(PodAffinityTerm.parse, weight=weight)))
+    return tuple(out)
+
+
 class PreferredTerm(BaseModel):
     model_config = ConfigDict(frozen=True)
     weight: int
@@ -97,6 +113,14 @@ class Pod(BaseModel):
     priority: int = 0
     scheduling_gated: bool = False
     deleting: bool = False
+    pod_affinity: tuple[PodAffinityTerm, ...] = ()
+    pod_anti_affinity: tuple[PodAffinityTerm, ...] = ()
+    preferred_pod_affinity: tuple[PodAffinityTerm, ...] = ()
+    preferred_pod_anti_affinity: tuple[PodAffinityTerm, ...] = ()
+    topology_spread: tuple[TopologySpreadConstraint, ...] = ()
+    host_ports: tuple[HostPort, ...] = ()
+    volume_claims: tuple[str, ...] = ()
+    resource_claims: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -140,7 +164,18 @@ class Pod(BaseModel):
             if not 1 <= weight <= 100:
                 raise InputError("weight must be between 1 and 100", field=f"{item.path}.weight")
             preferred.append(PreferredTerm(weight=weight, requirements=item.parse("preference", _selector_term)))
+        pod_affinity = spec.obj("affinity").obj("podAffinity")
+        anti = spec.obj("affinity").obj("podAntiAffinity")
         return {
+            "pod_affinity": _required_terms(pod_affinity),
+            "pod_anti_affinity": _required_terms(anti),
+            "preferred_pod_affinity": _preferred_terms(pod_affinity),
+            "preferred_pod_anti_affinity": _preferred_terms(anti),
+            "topology_spread": tuple(spec.parse_each("topologySpreadConstraints", TopologySpreadConstraint.parse)),
+            "host_ports": parse_host_ports(spec),
+            "volume_claims": tuple(v.obj("persistentVolumeClaim").str("claimName")
+                                   for v in spec.items("volumes") if v.data.get("persistentVolumeClaim")),
+            "resource_claims": tuple(c.str("name") for c in spec.items("resourceClaims")),
             "requests": effective_requests(spec),
             "node_selector": spec.string_map("nodeSelector"),
             "required_terms": terms,

@@ -21,8 +21,32 @@ def karpenter_order(pod: Pod) -> tuple[int, int, str]:
     return (-pod.requests[CPU], -pod.requests[MEMORY], pod.key)
 
 
-def class_key(pod: Pod) -> Hashable:
-    return (pod.requests, pod.node_requirements(), frozenset(pod.tolerations))
+def selector_label_keys(pods: Iterable[Pod]) -> frozenset[str]:
+    """Label keys any pod-to-pod rule looks at: only these split classes (a StatefulSet's per-pod labels
+    would otherwise make every pod its own class)."""
+    keys: set[str] = set()
+    for pod in pods:
+        terms = (pod.pod_affinity + pod.pod_anti_affinity + pod.preferred_pod_affinity
+                 + pod.preferred_pod_anti_affinity)
+        for term in terms:
+            if term.selector:
+                keys.update(k for k, _ in term.selector.match_labels)
+                keys.update(r.key for r in term.selector.match_expressions)
+            keys.update(term.match_label_keys + term.mismatch_label_keys)
+        for spread in pod.topology_spread:
+            if spread.selector:
+                keys.update(k for k, _ in spread.selector.match_labels)
+                keys.update(r.key for r in spread.selector.match_expressions)
+            keys.update(spread.match_label_keys)
+    return frozenset(keys)
+
+
+def class_key(pod: Pod, label_keys: frozenset[str] = frozenset()) -> Hashable:
+    labels = tuple(sorted((k, v) for k, v in pod.labels.items() if k in label_keys))
+    return (pod.requests, pod.node_requirements(), frozenset(pod.tolerations), pod.namespace if label_keys else "",
+            labels, pod.pod_affinity, pod.pod_anti_affinity, pod.preferred_pod_affinity,
+            pod.preferred_pod_anti_affinity, pod.topology_spread, pod.host_ports, pod.volume_claims,
+            pod.resource_claims, pod.preferred_terms)
 
 
 @dataclass(frozen=True)
@@ -53,11 +77,11 @@ class PodClass:
         return f"{self.representative.namespace}/{owner}"
 
 
-def build_classes(pods: Iterable[Pod]) -> list[PodClass]:
+def build_classes(pods: Iterable[Pod], label_keys: frozenset[str] = frozenset()) -> list[PodClass]:
     """Group pods into classes, ordered as Karpenter's queue would meet their first pod."""
     groups: dict[Hashable, list[Pod]] = {}
     for pod in sorted(pods, key=karpenter_order):
-        groups.setdefault(class_key(pod), []).append(pod)
+        groups.setdefault(class_key(pod, label_keys), []).append(pod)
     ordered = sorted(groups.values(), key=lambda members: karpenter_order(members[0]))
     return [PodClass(index=i, pods=tuple(members), requests=members[0].requests)
             for i, members in enumerate(ordered)]

@@ -16,7 +16,7 @@ from ortools.sat.python import cp_model
 
 from solver.bins import Bin
 from solver.cpsat import make_solver
-from solver.patterns import Pattern, max_copies
+from solver.patterns import Pattern, node_limit
 
 
 @dataclass
@@ -38,7 +38,7 @@ def solve_compact(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, limits
     count: dict[tuple[int, int, int], cp_model.IntVar] = {}
     for b_index, n in slots.items():
         b = bins[b_index]
-        caps = {k: min(int(demand[k]), max_copies(b.capacity, sizes[k])) for k in ks if b.compatible[k]}
+        caps = {k: node_limit(b, sizes, demand, k) for k in ks if b.compatible[k]}
         caps = {k: c for k, c in caps.items() if c > 0}
         if not caps:
             continue

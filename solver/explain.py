@@ -6,6 +6,7 @@ import numpy as np
 
 from model.pod import Pod
 from model.resources import Resources
+from model.taints import untolerated
 from solver.problem import Problem
 from solver.rules.selection import explain_requirements, explain_taints
 
@@ -26,13 +27,17 @@ def explain(problem: Problem, pod: Pod) -> str:
                 offered.setdefault(key, set()).add(value)
         reason = explain_requirements(pod_class.requirements, offered)
         return reason or "no NodePool offers nodes whose labels satisfy the pod's node selector / affinity"
-    taint_ok = [t for t in label_ok if problem.template_ok[c, t]]
-    if not taint_ok:
+    tolerated = [t for t in label_ok if not untolerated(pod_class.tolerations, problem.templates[t].pool.taints)]
+    if not tolerated:
         pools = sorted({problem.templates[t].pool.name for t in label_ok})
         taints = "; ".join(f"{p}: {explain_taints(pod_class, problem.templates[t].pool.taints)}"
                            for p in pools for t in [next(t for t in label_ok
                                                         if problem.templates[t].pool.name == p)])
         return f"does not tolerate the taints of the NodePools that match it ({taints})"
+    taint_ok = [t for t in tolerated if problem.template_ok[c, t]]
+    if not taint_ok:
+        ports = ", ".join(str(p.port) for p in pod_class.representative.host_ports)
+        return f"host port(s) {ports} are already bound by DaemonSets on every node the NodePools can launch"
     fits = [t for t in taint_ok if np.all(problem.template_alloc[t] >= problem.sizes[c])]
     if not fits:
         biggest = Resources({a: int(problem.template_alloc[taint_ok, i].max()) for i, a in enumerate(problem.axes)})

@@ -34,6 +34,8 @@ class _Claim:
     #: per-resource maximum over the candidates: a cheap first test before narrowing
     ceiling: list[int] = field(default_factory=list)
     used: list[int] = field(default_factory=list)
+    #: pods per class on this claim, for per-node caps (hostname anti-affinity, host ports)
+    per_class: dict[int, int] = field(default_factory=dict)
 
 
 class GreedyScheduler:
@@ -51,9 +53,10 @@ class GreedyScheduler:
                      dtype=np.int64).reshape(len(idx), len(names))
             for idx, names in zip(self.by_pool, self.limit_names, strict=True)]
         self.free = problem.existing_free.copy()
+        self.on_existing = np.zeros((len(problem.existing), len(problem.classes)), dtype=np.int64)
 
     def _try_existing(self, c: int, size: np.ndarray) -> int | None:
-        ok = self.p.existing_ok[c] & np.all(self.free >= size, axis=1)
+        ok = self.p.existing_ok[c] & np.all(self.free >= size, axis=1) & (self.on_existing[:, c] < self.p.node_cap[c])
         hits = np.flatnonzero(ok)
         return int(hits[0]) if len(hits) else None
 
@@ -91,6 +94,7 @@ class GreedyScheduler:
             e = self._try_existing(c, size)
             if e is not None:
                 self.free[e] -= size
+                self.on_existing[e, c] += 1
                 placement.existing.setdefault(e, []).append(pod)
                 continue
             placed = False
@@ -98,12 +102,15 @@ class GreedyScheduler:
             for claim in sorted(claims, key=lambda cl: (len(cl.pods), cl.order)):
                 if any(r + z > m for r, z, m in zip(claim.used, size_list, claim.ceiling, strict=True)):
                     continue
+                if claim.per_class.get(c, 0) >= self.p.node_cap[c]:
+                    continue
                 total = claim.requests + size
                 narrowed = self._narrow(claim, c, total)
                 if len(narrowed):
                     claim.candidates, claim.requests = narrowed, total
                     claim.ceiling = self.p.template_alloc[narrowed].max(axis=0).tolist()
                     claim.used = total.tolist()
+                    claim.per_class[c] = claim.per_class.get(c, 0) + 1
                     claim.pods.append(pod)
                     placed = True
                     break
@@ -117,6 +124,7 @@ class GreedyScheduler:
             claim.pods.append(pod)
             claim.ceiling = self.p.template_alloc[claim.candidates].max(axis=0).tolist()
             claim.used = size_list
+            claim.per_class[c] = 1
             claims.append(claim)
         for claim in claims:
             placement.new_nodes.append(NewNode(template=self._cheapest(claim.candidates), pods=claim.pods))

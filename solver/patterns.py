@@ -31,6 +31,11 @@ def max_copies(capacity: np.ndarray, size: np.ndarray) -> int:
     return _copies(capacity.tolist(), size.tolist())
 
 
+def node_limit(b: Bin, sizes: np.ndarray, demand: np.ndarray, k: int) -> int:
+    """Most pods of class ``k`` one node of ``b`` can take: demand, resources and per-node rules."""
+    return min(int(demand[k]), int(b.per_node[k]), max_copies(b.capacity, sizes[k]))
+
+
 def _copies(free: list[int], size: list[int]) -> int:
     best = 1 << 30
     for f, z in zip(free, size, strict=True):
@@ -49,7 +54,7 @@ def fill(b: Bin, sizes: np.ndarray, values: np.ndarray, limit: np.ndarray, order
     for k in order:
         if limit[k] <= 0 or not b.compatible[k]:
             continue
-        n = min(int(limit[k]), _copies(free, rows[k]))
+        n = min(int(limit[k]), int(b.per_node[k]), _copies(free, rows[k]))
         if n > 0:
             counts[k] = n
             free = [f - n * z for f, z in zip(free, rows[k], strict=True)]
@@ -86,7 +91,7 @@ def complete(b: Bin, sizes: np.ndarray, demand: np.ndarray, counts: np.ndarray) 
     out = counts.tolist()
     for k in range(len(rows)):
         if b.compatible[k] and out[k] < demand[k]:
-            n = min(int(demand[k] - out[k]), _copies(free, rows[k]))
+            n = min(int(demand[k] - out[k]), int(b.per_node[k]) - out[k], _copies(free, rows[k]))
             if n > 0:
                 out[k] += n
                 free = [f - n * z for f, z in zip(free, rows[k], strict=True)]
@@ -102,7 +107,7 @@ def fractional_upper_bound(b: Bin, sizes: np.ndarray, values: np.ndarray, demand
     ks = [k for k in range(len(sizes)) if b.compatible[k] and values[k] > 0 and demand[k] > 0]
     if not ks:
         return 0.0
-    upper = np.array([min(int(demand[k]), max_copies(b.capacity, sizes[k])) for k in ks], dtype=float)
+    upper = np.array([node_limit(b, sizes, demand, k) for k in ks], dtype=float)
     vals = values[ks]
     best = float(vals @ upper)
     for r in range(sizes.shape[1]):
@@ -130,7 +135,7 @@ def exact_pricing(b: Bin, sizes: np.ndarray, values: np.ndarray, demand: np.ndar
     ks = [k for k in range(len(sizes)) if b.compatible[k] and values[k] > 0 and demand[k] > 0]
     if not ks:
         return np.zeros(len(sizes), dtype=np.int64), 0.0
-    x = {k: model.new_int_var(0, min(int(demand[k]), max_copies(b.capacity, sizes[k])), f"a_{k}") for k in ks}
+    x = {k: model.new_int_var(0, node_limit(b, sizes, demand, k), f"a_{k}") for k in ks}
     for r in range(sizes.shape[1]):
         terms = [(int(sizes[k, r]), x[k]) for k in ks if sizes[k, r] > 0]
         if terms:
@@ -148,5 +153,5 @@ def exact_pricing(b: Bin, sizes: np.ndarray, values: np.ndarray, demand: np.ndar
     for k in ks:
         counts[k] = solver.value(x[k])
     # the scaled objective rounds each value; add the worst rounding error so the bound stays valid
-    slack = sum(min(int(demand[k]), max_copies(b.capacity, sizes[k])) for k in ks) * 0.5 / VALUE_SCALE
+    slack = sum(node_limit(b, sizes, demand, k) for k in ks) * 0.5 / VALUE_SCALE
     return counts, solver.best_objective_bound / VALUE_SCALE + slack

@@ -6,7 +6,7 @@ structure, so a rule's verdict on a (class, node) pair is computed once, here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -15,7 +15,9 @@ from model.node import Node
 from model.pod import Pod
 from model.resources import CPU, MEMORY, PODS, Resources
 from model.snapshot import Snapshot
-from solver.classes import PodClass, build_classes
+from solver.classes import PodClass, build_classes, selector_label_keys
+from solver.rules import antiaffinity
+from solver.rules import ports as host_ports
 from solver.rules.daemonsets import missing_daemon_overhead
 from solver.rules.selection import SelectionRule
 from solver.templates import NodeTemplate, PoolInfo, build_templates, pool_infos
@@ -52,6 +54,10 @@ class Problem:
     template_ok: np.ndarray
     existing_ok: np.ndarray
     rule: SelectionRule
+    #: most pods of each class one node may hold (hostname self-anti-affinity, host ports), shape (C,)
+    node_cap: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    #: constraints pods carry that this version does not model (reported with the plan)
+    unmodelled: list[str] = field(default_factory=list)
 
     def selection_labels_ok(self, c: int, t: int) -> bool:
         """Labels only (no taints): used to tell a person which rule refused a pod."""
@@ -94,20 +100,36 @@ def existing_capacity(snapshot: Snapshot) -> list[ExistingCapacity]:
     return out
 
 
+UNLIMITED = 1 << 30
+
+
 def compile_problem(snapshot: Snapshot, pods: list[Pod] | None = None) -> Problem:
     pending = snapshot.pending_pods() if pods is None else pods
-    classes = build_classes(pending)
+    classes = build_classes(pending, selector_label_keys(snapshot.pods))
+    namespaces = {ns.name: ns.labels for ns in snapshot.namespaces}
     templates = build_templates(snapshot, classes)
     existing = existing_capacity(snapshot)
     axes = resource_axes(classes)
     rule = SelectionRule()
     template_ok = np.zeros((len(classes), len(templates)), dtype=bool)
     existing_ok = np.zeros((len(classes), len(existing)), dtype=bool)
+    bound: dict[str, list[Pod]] = {}
+    for pod in snapshot.pods:
+        if pod.node_name and not pod.terminal:
+            bound.setdefault(pod.node_name, []).append(pod)
+    node_cap = np.full(len(classes), UNLIMITED, dtype=np.int64)
     for c in classes:
+        ports = c.representative.host_ports
+        if ports or antiaffinity.one_per_node(c, namespaces):
+            node_cap[c.index] = 1
         for t, tmpl in enumerate(templates):
-            template_ok[c.index, t] = rule.admits(c, tmpl.labels, tmpl.pool.taints)
+            template_ok[c.index, t] = rule.admits(c, tmpl.labels, tmpl.pool.taints) and not (
+                ports and host_ports.ports_clash(ports, tmpl.daemon_ports))
         for e, cap in enumerate(existing):
-            existing_ok[c.index, e] = rule.admits(c, cap.node.labels, cap.node.taints)
+            on_node = bound.get(cap.name, [])
+            existing_ok[c.index, e] = (rule.admits(c, cap.node.labels, cap.node.taints)
+                                       and not antiaffinity.blocked_by_bound_pods(c, on_node, namespaces)
+                                       and not host_ports.blocked(c, on_node))
     sizes = np.array([vector(c.requests, axes) for c in classes], dtype=np.int64).reshape(len(classes), len(axes))
     template_alloc = np.array([vector(t.allocatable, axes) for t in templates],
                               dtype=np.int64).reshape(len(templates), len(axes))
@@ -117,4 +139,5 @@ def compile_problem(snapshot: Snapshot, pods: list[Pod] | None = None) -> Proble
     return Problem(snapshot=snapshot, classes=classes, pools=pool_infos(snapshot), templates=templates,
                    existing=existing, axes=axes, sizes=sizes, template_alloc=template_alloc,
                    existing_free=existing_free, template_ok=template_ok, existing_ok=existing_ok,
-                   rule=rule)
+                   rule=rule, node_cap=node_cap,
+                   unmodelled=antiaffinity.unmodelled(classes, namespaces) + host_ports.unmodelled(classes))

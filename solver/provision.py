@@ -154,6 +154,7 @@ def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResul
     stats = _Stats()
     with stats.stage("compile"):
         problem = compile_problem(snapshot)
+    stats.notes.extend(f"not modelled: {note}" for note in problem.unmodelled)
     with stats.stage("greedy"):
         greedy = shrink(problem, greedy_placement(problem))
     stats.greedy_seconds = stats.stages["greedy"]
@@ -314,9 +315,10 @@ def to_plan(problem: Problem, placement: Placement, greedy: Placement, bound_mic
     cost_micros = placement.cost_micros(problem)
     if bound_micros > cost_micros + 1e-6 * max(cost_micros, 1):
         raise AssertionError(f"lower bound {bound_micros} above plan cost {cost_micros}: solver defect")
-    bound = min(bound_micros, cost_micros) / MICRO
+    # the bound is in rounded micro-units; never let that rounding put it above the float total
+    bound = min(bound_micros / MICRO, total)
     if status == "OPTIMAL":
-        bound = sum(c.price for c in claims)
+        bound = total
     greedy_cost = sum(problem.templates[n.template].offering.price for n in greedy.new_nodes)
     return ProvisioningPlan(
         node_claims=claims, existing_nodes=existing, unschedulable=unschedulable,

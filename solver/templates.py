@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from model import labels as wk
+from model.affinity import HostPort
 from model.instancetype import InstanceType, Offering
 from model.nodepool import NodePool
 from model.resources import Resources
@@ -49,6 +50,7 @@ class NodeTemplate:
     daemon_overhead: Resources
     allocatable: Resources
     limit_use: dict[str, int] = field(default_factory=dict)
+    daemon_ports: tuple[HostPort, ...] = ()
 
     @property
     def price_micros(self) -> int:
@@ -130,11 +132,13 @@ def build_templates(snapshot: Snapshot, classes: Sequence[PodClass]) -> list[Nod
                     if not reqs.matches(labels):
                         continue
                     overhead = daemon_overhead(snapshot.daemonsets, labels, pool.taints)
+                    ports = tuple(p for ds in snapshot.daemonsets if ds.runs_on(labels, pool.taints)
+                                  for p in ds.pod.host_ports)
                     allocatable = it.allocatable - overhead
                     if any(v < 0 for v in allocatable.values()):
                         continue
                     out.append(NodeTemplate(
                         pool=info, instance_type=it, offering=offering, labels=labels,
                         daemon_overhead=overhead, allocatable=allocatable,
-                        limit_use=consumption(it, info.limits_remaining)))
+                        limit_use=consumption(it, info.limits_remaining), daemon_ports=ports))
     return out

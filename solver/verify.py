@@ -1,5 +1,7 @@
 """The plan verifier: checks a ProvisioningPlan against the snapshot with Kubernetes' own predicates,
-independently of how the CP-SAT model encodes them. Every solver test runs it on every plan."""
+independently of how the CP-SAT model encodes them. Every solver test runs it on every plan.
+
+It checks the final state, order-independently: every pair of pods on a node, whichever came first."""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ from model.pod import Pod
 from model.resources import Resources
 from model.snapshot import Snapshot
 from model.taints import untolerated
+from solver.rules.antiaffinity import repels
 from solver.rules.limits import NODES, pool_usage
+from solver.rules.ports import ports_clash
 
 PRICE_TOLERANCE = 1e-6
 
@@ -34,6 +38,20 @@ def _placement_violations(where: str, pod: Pod, labels: dict[str, str], taints: 
     if missing:
         out.append(f"{where}: pod {pod.key} does not tolerate taint(s) "
                    + ", ".join(t.describe() for t in missing))
+    return out
+
+
+def _pairwise_violations(where: str, placed: list[Pod], resident: list[Pod],
+                         namespaces: dict[str, dict[str, str]]) -> list[str]:
+    """Hostname anti-affinity (either direction) and host-port clashes among everything on one node."""
+    out = []
+    everyone = resident + placed
+    for i, pod in enumerate(placed):
+        for other in everyone[: len(resident) + i]:
+            if repels(pod, other, namespaces):
+                out.append(f"{where}: pods {pod.key} and {other.key} violate required pod anti-affinity on the node")
+            if ports_clash(pod.host_ports, other.host_ports):
+                out.append(f"{where}: pods {pod.key} and {other.key} bind the same host port")
     return out
 
 
@@ -59,6 +77,7 @@ def verify(snapshot: Snapshot, plan: ProvisioningPlan) -> list[str]:
         if not u.reason.strip():
             violations.append(f"unschedulable pod {u.pod} has no reason")
     catalog: dict[str, InstanceType] = {it.name: it for it in snapshot.instance_types}
+    namespaces = {ns.name: ns.labels for ns in snapshot.namespaces}
     added: dict[str, Resources] = {}
     total = 0.0
     for claim in plan.node_claims:
@@ -93,9 +112,10 @@ def verify(snapshot: Snapshot, plan: ProvisioningPlan) -> list[str]:
         for pod in members:
             violations.extend(_placement_violations(where, pod, labels, pool.taints))
         overhead = Resources()
-        for ds in snapshot.daemonsets:
-            if ds.runs_on(labels, pool.taints):
-                overhead = overhead + ds.pod.requests
+        daemons = [ds.pod for ds in snapshot.daemonsets if ds.runs_on(labels, pool.taints)]
+        for daemon in daemons:
+            overhead = overhead + daemon.requests
+        violations.extend(_pairwise_violations(where, members, daemons, namespaces))
         violations.extend(_fit_violations(where, members, (it.allocatable - overhead)))
         use = Resources({**it.capacity, NODES: 1})
         added[pool.name] = added.get(pool.name, Resources()) + use
@@ -122,10 +142,13 @@ def verify(snapshot: Snapshot, plan: ProvisioningPlan) -> list[str]:
         for pod in bound:
             used = used + pod.requests
         running = {(p.namespace, p.owner_name) for p in bound if p.owner_kind == "DaemonSet"}
+        resident = list(bound)
         for ds in snapshot.daemonsets:
             if (ds.namespace, ds.name) not in running and ds.runs_on(node.labels, node.taints):
                 used = used + ds.pod.requests
+                resident.append(ds.pod)
         members = [pods[k] for k in assignment.pods if k in pods]
+        violations.extend(_pairwise_violations(where, members, resident, namespaces))
         for pod in members:
             violations.extend(_placement_violations(where, pod, node.labels, list(node.taints)))
         violations.extend(_fit_violations(where, members, node.allocatable - used))

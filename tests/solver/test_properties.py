@@ -55,10 +55,19 @@ def workloads(draw: st.DrawFn) -> list[dict[str, Any]]:
                     {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]}]}}}
         if draw(st.booleans()):
             extra["tolerations"] = [{"key": "team", "operator": "Exists"}]
+        pod_rule = draw(st.sampled_from([None, None, "anti", "port"]))
+        if pod_rule == "anti":  # one per node, against its own Deployment only
+            extra.setdefault("affinity", {})["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": f"d{d}"}}, "topologyKey": "kubernetes.io/hostname"}]}
         cpu = draw(st.sampled_from(["100m", "250m", "500m", "1", "1500m", "3"]))
         memory = draw(st.sampled_from(["128Mi", "512Mi", "1Gi", "4Gi", "12Gi"]))
         for r in range(draw(st.integers(1, 12))):
-            out.append(pod(f"d{d}-{r}", cpu=cpu, memory=memory, owner=f"d{d}", spec_extra=dict(extra)))
+            spec = dict(extra)
+            if pod_rule == "port":  # a port of its own, so Deployments never clash with each other
+                spec["containers"] = [{"name": "app", "ports": [{"containerPort": 80, "hostPort": 8000 + d}],
+                                       "resources": {"requests": {"cpu": cpu, "memory": memory}}}]
+            out.append(pod(f"d{d}-{r}", cpu=cpu, memory=memory, owner=f"d{d}", labels={"app": f"d{d}"},
+                           spec_extra=spec))
     return out
 
 

@@ -1,0 +1,160 @@
+"""Label selectors, pod (anti-)affinity terms, topology spread constraints and host ports — the parts of
+a PodSpec that relate a pod to other pods rather than to node labels."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from model.errors import InputError
+from model.fields import RawObject
+from model.requirements import Requirement
+
+_SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
+
+
+class LabelSelector(BaseModel):
+    """metav1.LabelSelector: matchLabels AND matchExpressions. An empty selector matches every object."""
+
+    model_config = ConfigDict(frozen=True)
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    match_expressions: tuple[Requirement, ...] = ()
+
+    @classmethod
+    def parse(cls, raw: Any) -> LabelSelector:
+        obj = RawObject(raw)
+        expressions = tuple(obj.parse_each("matchExpressions",
+                                           lambda r: Requirement.parse(r, allowed=_SELECTOR_OPERATORS)))
+        return cls(match_labels=tuple(sorted(obj.string_map("matchLabels").items())),
+                   match_expressions=expressions)
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.match_labels) and all(
+            req.matches(labels) for req in self.match_expressions)
+
+
+class PodAffinityTerm(BaseModel):
+    """One required (or, with a weight, preferred) pod (anti-)affinity term."""
+
+    model_config = ConfigDict(frozen=True)
+
+    selector: LabelSelector | None
+    topology_key: str
+    namespaces: tuple[str, ...] = ()
+    namespace_selector: LabelSelector | None = None
+    match_label_keys: tuple[str, ...] = ()
+    mismatch_label_keys: tuple[str, ...] = ()
+    weight: int = 0
+
+    @classmethod
+    def parse(cls, raw: Any, weight: int = 0) -> PodAffinityTerm:
+        obj = RawObject(raw)
+        topology_key = obj.str("topologyKey")
+        if not topology_key:
+            raise InputError("topologyKey is required", field="topologyKey")
+        selector = obj.parse("labelSelector", LabelSelector.parse) if obj.data.get("labelSelector") is not None \
+            else None
+        ns_selector = obj.parse("namespaceSelector", LabelSelector.parse) \
+            if obj.data.get("namespaceSelector") is not None else None
+        return cls(selector=selector, topology_key=topology_key,
+                   namespaces=tuple(str(n) for n in obj.data.get("namespaces") or ()),
+                   namespace_selector=ns_selector,
+                   match_label_keys=tuple(str(k) for k in obj.data.get("matchLabelKeys") or ()),
+                   mismatch_label_keys=tuple(str(k) for k in obj.data.get("mismatchLabelKeys") or ()),
+                   weight=weight)
+
+    def selects(self, owner_namespace: str, owner_labels: Mapping[str, str], namespace: str,
+                labels: Mapping[str, str], namespace_labels: Mapping[str, str] | None = None) -> bool:
+        """Does this term (of a pod in ``owner_namespace``) select a pod with these labels?
+
+        Kubernetes: a null labelSelector selects nothing; namespaces default to the owner's own unless
+        ``namespaces`` or ``namespaceSelector`` say otherwise (an empty namespaceSelector means all);
+        ``matchLabelKeys`` / ``mismatchLabelKeys`` add key In / NotIn the owner's value.
+        """
+        if self.selector is None or not self.selector.matches(labels):
+            return False
+        for key in self.match_label_keys:
+            if key in owner_labels and labels.get(key) != owner_labels[key]:
+                return False
+        for key in self.mismatch_label_keys:
+            if key in owner_labels and labels.get(key) == owner_labels[key]:
+                return False
+        if self.namespace_selector is not None:
+            in_selector = self.namespace_selector.matches(namespace_labels or {})
+            return namespace in self.namespaces or in_selector
+        return namespace in (self.namespaces or (owner_namespace,))
+
+
+class TopologySpreadConstraint(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    max_skew: int
+    topology_key: str
+    when_unsatisfiable: Literal["DoNotSchedule", "ScheduleAnyway"]
+    selector: LabelSelector | None = None
+    min_domains: int | None = None
+    node_affinity_policy: Literal["Honor", "Ignore"] = "Honor"
+    node_taints_policy: Literal["Honor", "Ignore"] = "Ignore"
+    match_label_keys: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, raw: Any) -> TopologySpreadConstraint:
+        obj = RawObject(raw)
+        max_skew = obj.int("maxSkew")
+        if max_skew is None or max_skew < 1:
+            raise InputError("maxSkew must be a positive integer", field="maxSkew")
+        key = obj.str("topologyKey")
+        if not key:
+            raise InputError("topologyKey is required", field="topologyKey")
+        when = obj.str("whenUnsatisfiable")
+        if when not in ("DoNotSchedule", "ScheduleAnyway"):
+            raise InputError(f"unknown whenUnsatisfiable {when!r}", field="whenUnsatisfiable")
+        min_domains = obj.int("minDomains")
+        if min_domains is not None and (min_domains < 1 or when != "DoNotSchedule"):
+            raise InputError("minDomains must be positive and needs DoNotSchedule", field="minDomains")
+        policies = {}
+        for field in ("nodeAffinityPolicy", "nodeTaintsPolicy"):
+            value = obj.str(field)
+            if value and value not in ("Honor", "Ignore"):
+                raise InputError(f"unknown {field} {value!r}", field=field)
+            if value:
+                policies["node_affinity_policy" if field == "nodeAffinityPolicy" else "node_taints_policy"] = value
+        selector = obj.parse("labelSelector", LabelSelector.parse) if obj.data.get("labelSelector") is not None \
+            else None
+        label_keys = tuple(str(k) for k in obj.data.get("matchLabelKeys") or ())
+        return cls(max_skew=max_skew, topology_key=key, when_unsatisfiable=when, selector=selector,
+                   min_domains=min_domains, match_label_keys=label_keys, **policies)
+
+
+class HostPort(BaseModel):
+    """A host port a container binds: two pods conflict on a node when protocol and port match and
+    their host IPs overlap (an empty IP or 0.0.0.0 overlaps every IP)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    port: int
+    protocol: str = "TCP"
+    host_ip: str = ""
+
+    def conflicts(self, other: HostPort) -> bool:
+        if self.port != other.port or self.protocol != other.protocol:
+            return False
+        wildcard = ("", "0.0.0.0", "::")
+        return self.host_ip in wildcard or other.host_ip in wildcard or self.host_ip == other.host_ip
+
+
+def parse_host_ports(spec: RawObject) -> tuple[HostPort, ...]:
+    out = []
+    for kind in ("initContainers", "containers"):
+        for container in spec.items(kind):
+            for port in container.items("ports"):
+                number = port.int("hostPort")
+                if number:
+                    if not 0 < number < 65536:
+                        raise InputError("hostPort must be between 1 and 65535", field=f"{port.path}.hostPort")
+                    out.append(HostPort(port=number, protocol=port.str("protocol", "TCP"),
+                                        host_ip=port.str("hostIP")))
+    return tuple(sorted(set(out), key=lambda p: (p.port, p.protocol, p.host_ip)))

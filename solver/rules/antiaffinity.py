@@ -1,0 +1,58 @@
+"""Required pod anti-affinity on ``kubernetes.io/hostname``: pods that repel their own kind hold one per
+node, and a node already running a pod a class repels (or that repels the class — anti-affinity is
+symmetric) is closed to that class. Zone-level anti-affinity and two different classes repelling each
+other are not modelled yet: ``unmodelled`` names the pods that carry them so the plan says so."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from model.labels import HOSTNAME
+from model.pod import Pod
+from solver.classes import PodClass
+
+
+def _repels(owner: Pod, other: Pod, namespace_labels: Mapping[str, dict[str, str]]) -> bool:
+    return any(term.topology_key == HOSTNAME and term.selects(owner.namespace, owner.labels, other.namespace,
+                                                                other.labels, namespace_labels.get(other.namespace))
+               for term in owner.pod_anti_affinity)
+
+
+def repels(a: Pod, b: Pod, namespace_labels: Mapping[str, dict[str, str]]) -> bool:
+    """May ``a`` and ``b`` not share a node, by either one's required hostname anti-affinity?"""
+    return _repels(a, b, namespace_labels) or _repels(b, a, namespace_labels)
+
+
+def one_per_node(pod_class: PodClass, namespace_labels: Mapping[str, dict[str, str]]) -> bool:
+    pod = pod_class.representative
+    return _repels(pod, pod, namespace_labels)
+
+
+def blocked_by_bound_pods(pod_class: PodClass, bound: Sequence[Pod], namespace_labels: Mapping[str, dict[str, str]]
+                          ) -> bool:
+    """Does any pod already on a node repel this class there (either direction)?"""
+    pod = pod_class.representative
+    return any(repels(pod, other, namespace_labels) for other in bound)
+
+
+def unmodelled(classes: Sequence[PodClass], namespace_labels: Mapping[str, dict[str, str]]) -> list[str]:
+    notes = []
+    for c in classes:
+        pod = c.representative
+        other_keys = {t.topology_key for t in pod.pod_anti_affinity if t.topology_key != HOSTNAME}
+        if other_keys:
+            notes.append(f"{c.name}: required pod anti-affinity on {', '.join(sorted(other_keys))} is not modelled")
+        if pod.pod_affinity:
+            notes.append(f"{c.name}: required pod affinity is not modelled")
+        if pod.topology_spread:
+            notes.append(f"{c.name}: topology spread constraints are not modelled")
+        if pod.preferred_pod_affinity or pod.preferred_pod_anti_affinity:
+            notes.append(f"{c.name}: preferred pod (anti-)affinity is not modelled")
+        if pod.volume_claims:
+            notes.append(f"{c.name}: volume topology of its PersistentVolumeClaims is not modelled")
+        if pod.resource_claims:
+            notes.append(f"{c.name}: DRA resource claims are not modelled")
+        for other in classes:
+            if other.index > c.index and repels(pod, other.representative, namespace_labels):
+                notes.append(f"{c.name} and {other.name} repel each other on {HOSTNAME}: not modelled")
+    return notes
