@@ -35,8 +35,9 @@ def explain(problem: Problem, pod: Pod) -> str:
                                                         if problem.templates[t].pool.name == p)])
         return f"does not tolerate the taints of the NodePools that match it ({taints})"
     taint_ok = [t for t in tolerated if problem.template_ok[c, t]]
-    if not taint_ok:
-        ports = ", ".join(str(p.port) for p in pod_class.representative.host_ports)
+    counters = [i for i, axis in enumerate(problem.axes) if axis.startswith("hostPort:") and problem.sizes[c, i]]
+    if counters and not any(np.all(problem.template_alloc[t, counters] >= 1) for t in taint_ok):
+        ports = ", ".join(problem.axes[i].split(":", 1)[1] for i in counters)
         return f"host port(s) {ports} are already bound by DaemonSets on every node the NodePools can launch"
     fits = [t for t in taint_ok if np.all(problem.template_alloc[t] >= problem.sizes[c])]
     if not fits:

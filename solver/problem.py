@@ -17,7 +17,7 @@ from model.resources import CPU, MEMORY, PODS, Resources
 from model.snapshot import Snapshot
 from solver.classes import PodClass, build_classes, selector_label_keys
 from solver.rules import antiaffinity
-from solver.rules import ports as host_ports
+from solver.rules.counters import build_counters
 from solver.rules.daemonsets import missing_daemon_overhead
 from solver.rules.selection import SelectionRule
 from solver.templates import NodeTemplate, PoolInfo, build_templates, pool_infos
@@ -119,25 +119,32 @@ def compile_problem(snapshot: Snapshot, pods: list[Pod] | None = None) -> Proble
             bound.setdefault(pod.node_name, []).append(pod)
     node_cap = np.full(len(classes), UNLIMITED, dtype=np.int64)
     for c in classes:
-        ports = c.representative.host_ports
-        if ports or antiaffinity.one_per_node(c, namespaces):
+        if antiaffinity.one_per_node(c, namespaces):
             node_cap[c.index] = 1
         for t, tmpl in enumerate(templates):
-            template_ok[c.index, t] = rule.admits(c, tmpl.labels, tmpl.pool.taints) and not (
-                ports and host_ports.ports_clash(ports, tmpl.daemon_ports))
+            template_ok[c.index, t] = rule.admits(c, tmpl.labels, tmpl.pool.taints)
         for e, cap in enumerate(existing):
             on_node = bound.get(cap.name, [])
             existing_ok[c.index, e] = (rule.admits(c, cap.node.labels, cap.node.taints)
-                                       and not antiaffinity.blocked_by_bound_pods(c, on_node, namespaces)
-                                       and not host_ports.blocked(c, on_node))
-    sizes = np.array([vector(c.requests, axes) for c in classes], dtype=np.int64).reshape(len(classes), len(axes))
+                                       and not antiaffinity.blocked_by_bound_pods(c, on_node, namespaces))
+    counters = build_counters(classes)
+    base = len(axes)
+    axes = axes + tuple(counter.name for counter in counters)
+    sizes = np.array([vector(c.requests, axes[:base]) + [counter.uses.get(c.index, 0) for counter in counters]
+                      for c in classes], dtype=np.int64).reshape(len(classes), len(axes))
+    daemons_on = [[ds.pod for ds in snapshot.daemonsets if ds.runs_on(t.labels, t.pool.taints)] for t in templates]
     template_alloc = np.array([vector(t.allocatable, axes) for t in templates],
                               dtype=np.int64).reshape(len(templates), len(axes))
     existing_free = np.array([vector(e.free, axes) for e in existing],
                              dtype=np.int64).reshape(len(existing), len(axes))
+    for j, counter in enumerate(counters):
+        for t in range(len(templates)):
+            template_alloc[t, base + j] = counter.capacity_with(daemons_on[t])
+        for e, cap in enumerate(existing):
+            existing_free[e, base + j] = counter.capacity_with(bound.get(cap.name, []))
     # a class that requests a resource a node lacks (zero allocatable) fits nowhere there; sizes cover it
     return Problem(snapshot=snapshot, classes=classes, pools=pool_infos(snapshot), templates=templates,
                    existing=existing, axes=axes, sizes=sizes, template_alloc=template_alloc,
                    existing_free=existing_free, template_ok=template_ok, existing_ok=existing_ok,
                    rule=rule, node_cap=node_cap,
-                   unmodelled=antiaffinity.unmodelled(classes, namespaces) + host_ports.unmodelled(classes))
+                   unmodelled=antiaffinity.unmodelled(classes, namespaces))

@@ -8,7 +8,9 @@ from __future__ import annotations
 from collections import Counter
 
 from model import labels as wk
+from model.affinity import LabelSelector
 from model.instancetype import InstanceType
+from model.labels import HOSTNAME
 from model.plan import ProvisioningPlan
 from model.pod import Pod
 from model.resources import Resources
@@ -52,6 +54,45 @@ def _pairwise_violations(where: str, placed: list[Pod], resident: list[Pod],
                 out.append(f"{where}: pods {pod.key} and {other.key} violate required pod anti-affinity on the node")
             if ports_clash(pod.host_ports, other.host_ports):
                 out.append(f"{where}: pods {pod.key} and {other.key} bind the same host port")
+    return out
+
+
+def _matching(members: list[Pod], namespace: str, selector: LabelSelector) -> int:
+    return sum(1 for p in members if p.namespace == namespace and selector.matches(p.labels))
+
+
+def _hostname_spread_violations(snapshot: Snapshot, plan: ProvisioningPlan, pods: dict[str, Pod]) -> list[str]:
+    """Kubernetes' PodTopologySpread on kubernetes.io/hostname (DoNotSchedule), on the final state: for
+    each planned pod, matching pods on its node minus the fewest on any eligible node ≤ maxSkew."""
+    nodes: dict[str, tuple[dict[str, str], list[Pod]]] = {}
+    catalog = {it.name: it for it in snapshot.instance_types}
+    for node in snapshot.nodes:
+        if not node.deleting:
+            nodes[node.name] = (node.labels, snapshot.pods_on(node.name))
+    where: dict[str, str] = {}
+    for claim in plan.node_claims:
+        it = catalog.get(claim.instance_type)
+        labels = {**claim.labels, **(it.labels if it else {}), wk.ZONE: claim.zone}
+        nodes[claim.name] = (labels, [pods[k] for k in claim.pods if k in pods])
+        where.update((k, claim.name) for k in claim.pods if k in pods)
+    for assignment in plan.existing_nodes:
+        if assignment.name in nodes:
+            nodes[assignment.name][1].extend(pods[k] for k in assignment.pods if k in pods)
+            where.update((k, assignment.name) for k in assignment.pods if k in pods)
+    out = []
+    for key, node_name in where.items():
+        pod = pods.get(key)
+        if pod is None:
+            continue  # reported above as not a pending pod
+        for spread in pod.topology_spread:
+            if spread.topology_key != HOSTNAME or spread.when_unsatisfiable != "DoNotSchedule" or not spread.selector:
+                continue
+            eligible = [_matching(members, pod.namespace, spread.selector) for labels, members in nodes.values()
+                        if spread.node_affinity_policy == "Ignore" or pod.accepts_labels(labels)]
+            skew = _matching(nodes[node_name][1], pod.namespace, spread.selector) - min(eligible, default=0)
+            if skew > spread.max_skew:
+                out.append(f"node {node_name}: pod {key} topology spread on {HOSTNAME} has skew {skew} > "
+                           f"maxSkew {spread.max_skew}")
     return out
 
 
@@ -152,6 +193,7 @@ def verify(snapshot: Snapshot, plan: ProvisioningPlan) -> list[str]:
         for pod in members:
             violations.extend(_placement_violations(where, pod, node.labels, list(node.taints)))
         violations.extend(_fit_violations(where, members, node.allocatable - used))
+    violations.extend(_hostname_spread_violations(snapshot, plan, pods))
     if abs(total - plan.cost.total) > 1e-4:
         violations.append(f"cost.total {plan.cost.total} differs from the sum of offering prices {total:.6f}")
     if plan.cost.lower_bound > plan.cost.total + 1e-4:

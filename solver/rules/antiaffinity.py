@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from model.labels import HOSTNAME
 from model.pod import Pod
 from solver.classes import PodClass
+from solver.rules.counters import modelled_spread
 
 
 def _repels(owner: Pod, other: Pod, namespace_labels: Mapping[str, dict[str, str]]) -> bool:
@@ -44,8 +45,10 @@ def unmodelled(classes: Sequence[PodClass], namespace_labels: Mapping[str, dict[
             notes.append(f"{c.name}: required pod anti-affinity on {', '.join(sorted(other_keys))} is not modelled")
         if pod.pod_affinity:
             notes.append(f"{c.name}: required pod affinity is not modelled")
-        if pod.topology_spread:
-            notes.append(f"{c.name}: topology spread constraints are not modelled")
+        unmodelled_spread = [s for i, s in enumerate(pod.topology_spread) if not modelled_spread(pod)[i]]
+        if unmodelled_spread:
+            keys = ", ".join(sorted({f"{s.topology_key} ({s.when_unsatisfiable})" for s in unmodelled_spread}))
+            notes.append(f"{c.name}: topology spread on {keys} is not modelled")
         if pod.preferred_pod_affinity or pod.preferred_pod_anti_affinity:
             notes.append(f"{c.name}: preferred pod (anti-)affinity is not modelled")
         if pod.volume_claims:
