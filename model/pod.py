@@ -57,7 +57,7 @@ def effective_requests(spec: RawObject) -> Resources:
     return pod + {PODS: 1}
 
 
-def _selector_term(raw: Any) -> Requirements:
+def selector_term(raw: Any) -> Requirements:
     term = RawObject(raw)
     reqs = term.parse_each("matchExpressions",
                            lambda r: Requirement.parse(r, allowed=NODE_AFFINITY_OPERATORS))
@@ -121,6 +121,10 @@ class Pod(BaseModel):
     host_ports: tuple[HostPort, ...] = ()
     volume_claims: tuple[str, ...] = ()
     resource_claims: tuple[str, ...] = ()
+    #: volume topology: each group's alternatives are ORed, groups are ANDed (``model.volumes``)
+    volume_terms: tuple[tuple[Requirements, ...], ...] = ()
+    #: why the pod's volumes keep it from any node (an unbound Immediate claim, a missing claim)
+    volume_problem: str = ""
 
     @property
     def key(self) -> str:
@@ -140,11 +144,15 @@ class Pod(BaseModel):
         return self.owner_kind in ("DaemonSet", "Node")
 
     def node_requirements(self) -> tuple[Requirements, ...]:
-        """Alternatives the node's labels must satisfy: nodeSelector AND (term1 OR term2 OR ...)."""
+        """Alternatives the node's labels must satisfy: nodeSelector AND (term1 OR term2 OR ...), AND each
+        volume's topology (its own ORed terms)."""
+        if self.volume_problem:
+            return (Requirements.never(),)
         selector = Requirements.from_labels(self.node_selector)
-        if not self.required_terms:
-            return (selector,)
-        return tuple(selector & term for term in self.required_terms)
+        alternatives = [selector & term for term in self.required_terms] or [selector]
+        for group in self.volume_terms:
+            alternatives = [alt & term for alt in alternatives for term in group]
+        return tuple(alternatives)
 
     def accepts_labels(self, labels: Mapping[str, str]) -> bool:
         return any(reqs.matches(labels) for reqs in self.node_requirements())
@@ -154,7 +162,7 @@ class Pod(BaseModel):
         """Placement-relevant fields of a PodSpec (shared by Pods and workload pod templates)."""
         affinity = spec.obj("affinity").obj("nodeAffinity")
         required = affinity.obj("requiredDuringSchedulingIgnoredDuringExecution")
-        terms = tuple(required.parse_each("nodeSelectorTerms", _selector_term))
+        terms = tuple(required.parse_each("nodeSelectorTerms", selector_term))
         if required.data and not terms:
             raise InputError("requiredDuringScheduling needs at least one nodeSelectorTerm",
                              field=f"{required.path}.nodeSelectorTerms")
@@ -163,7 +171,7 @@ class Pod(BaseModel):
             weight = item.int("weight", 0) or 0
             if not 1 <= weight <= 100:
                 raise InputError("weight must be between 1 and 100", field=f"{item.path}.weight")
-            preferred.append(PreferredTerm(weight=weight, requirements=item.parse("preference", _selector_term)))
+            preferred.append(PreferredTerm(weight=weight, requirements=item.parse("preference", selector_term)))
         pod_affinity = spec.obj("affinity").obj("podAffinity")
         anti = spec.obj("affinity").obj("podAntiAffinity")
         return {

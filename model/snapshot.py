@@ -11,6 +11,7 @@ import yaml
 import yaml_rs
 from pydantic import BaseModel, ConfigDict
 
+from model import volumes
 from model.api import validate_api
 from model.errors import InputError
 from model.instancetype import InstanceType
@@ -154,8 +155,9 @@ def parse_objects(objects: Iterable[Any], *, source: str) -> Snapshot:
             skipped[kind] = skipped.get(kind, 0) + 1
     for kind, count in sorted(skipped.items()):
         warnings.append(f"{source}: skipped {count} object(s) of unsupported kind {kind}")
+    pods = [volumes.resolve(pod, raw) if pod.pending else pod for pod in buckets["Pod"]]
     return Snapshot(
-        pods=tuple(buckets["Pod"]), nodes=tuple(buckets["Node"]), nodepools=tuple(buckets["NodePool"]),
+        pods=tuple(pods), nodes=tuple(buckets["Node"]), nodepools=tuple(buckets["NodePool"]),
         nodeclaims=tuple(buckets["NodeClaim"]), daemonsets=tuple(buckets["DaemonSet"]),
         pdbs=tuple(buckets["PodDisruptionBudget"]), namespaces=tuple(buckets["Namespace"]),
         raw_objects=tuple(raw), source=source, warnings=tuple(warnings),

@@ -45,7 +45,7 @@ def class_key(pod: Pod, label_keys: frozenset[str] = frozenset()) -> Hashable:
     labels = tuple(sorted((k, v) for k, v in pod.labels.items() if k in label_keys))
     return (pod.requests, pod.node_requirements(), frozenset(pod.tolerations), pod.namespace if label_keys else "",
             labels, pod.pod_affinity, pod.pod_anti_affinity, pod.preferred_pod_affinity,
-            pod.preferred_pod_anti_affinity, pod.topology_spread, pod.host_ports, pod.volume_claims,
+            pod.preferred_pod_anti_affinity, pod.topology_spread, pod.host_ports, pod.volume_terms, pod.volume_problem,
             pod.resource_claims, pod.preferred_terms)
 
 

@@ -15,6 +15,8 @@ def explain(problem: Problem, pod: Pod) -> str:
     """The first rule that rules out every node, checked in the order a person would fix them."""
     c = next(cl.index for cl in problem.classes if any(p.key == pod.key for p in cl.pods))
     pod_class = problem.classes[c]
+    if pod.volume_problem:
+        return pod.volume_problem
     if not problem.pools and not problem.existing:
         return "no NodePool in the snapshot and no existing node with room"
     if not problem.templates:

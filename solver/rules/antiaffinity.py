@@ -51,8 +51,6 @@ def unmodelled(classes: Sequence[PodClass], namespace_labels: Mapping[str, dict[
             notes.append(f"{c.name}: topology spread on {keys} is not modelled")
         if pod.preferred_pod_affinity or pod.preferred_pod_anti_affinity:
             notes.append(f"{c.name}: preferred pod (anti-)affinity is not modelled")
-        if pod.volume_claims:
-            notes.append(f"{c.name}: volume topology of its PersistentVolumeClaims is not modelled")
         if pod.resource_claims:
             notes.append(f"{c.name}: DRA resource claims are not modelled")
         for other in classes:
