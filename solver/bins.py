@@ -31,6 +31,8 @@ class Bin:
     rank: int
     #: most pods of each class one node may hold beyond what resources allow (anti-affinity, host ports)
     per_node: np.ndarray
+    #: preferred node-affinity score of each class on this bin
+    preference: np.ndarray
 
 
 def _new_bins(problem: Problem) -> list[Bin]:
@@ -40,7 +42,8 @@ def _new_bins(problem: Problem) -> list[Bin]:
         if any(use > tmpl.pool.limits_remaining.get(name, use) for name, use in tmpl.limit_use.items()):
             continue  # one node of this template already breaks its NodePool's limits
         key = (tmpl.pool.name, tuple(problem.template_alloc[t]), tmpl.price_micros,
-               tuple(sorted(tmpl.limit_use.items())), problem.template_ok[:, t].tobytes())
+               tuple(sorted(tmpl.limit_use.items())), problem.template_ok[:, t].tobytes(),
+               problem.template_pref[:, t].tobytes())
         groups.setdefault(key, []).append(t)
     bins = []
     for members in groups.values():
@@ -51,14 +54,15 @@ def _new_bins(problem: Problem) -> list[Bin]:
         bins.append(Bin(index=-1, existing=False, members=members, capacity=problem.template_alloc[members[0]],
                         cost=rep.price_micros, count=None, pool_index=pool_index[rep.pool.name],
                         limit_use=dict(rep.limit_use), compatible=problem.template_ok[:, members[0]].copy(),
-                        rank=rep.pool.rank, per_node=problem.node_cap))
+                        rank=rep.pool.rank, per_node=problem.node_cap,
+                        preference=problem.template_pref[:, members[0]].copy()))
     return _drop_dominated(bins)
 
 
 def _dominates(a: Bin, b: Bin) -> bool:
     """Is ``a`` at least as good as ``b`` for every purpose of the model?"""
     return (a.pool_index == b.pool_index and a.cost <= b.cost and bool(np.all(a.capacity >= b.capacity))
-            and bool(np.all(a.compatible >= b.compatible))
+            and bool(np.all(a.compatible >= b.compatible)) and bool(np.all(a.preference >= b.preference))
             and all(a.limit_use.get(k, 0) <= v for k, v in b.limit_use.items()))
 
 
@@ -76,11 +80,13 @@ def _existing_bins(problem: Problem) -> list[Bin]:
     for e in range(len(problem.existing)):
         if not problem.existing_ok[:, e].any() or np.any(problem.existing_free[e] < 0):
             continue
-        key = (tuple(problem.existing_free[e]), problem.existing_ok[:, e].tobytes())
+        key = (tuple(problem.existing_free[e]), problem.existing_ok[:, e].tobytes(),
+               problem.existing_pref[:, e].tobytes())
         groups.setdefault(key, []).append(e)
     return [Bin(index=-1, existing=True, members=members, capacity=problem.existing_free[members[0]],
                 cost=0, count=len(members), pool_index=None, limit_use={},
-                compatible=problem.existing_ok[:, members[0]].copy(), rank=0, per_node=problem.node_cap)
+                compatible=problem.existing_ok[:, members[0]].copy(), rank=0, per_node=problem.node_cap,
+                preference=problem.existing_pref[:, members[0]].copy())
             for members in groups.values()]
 
 
@@ -103,6 +109,7 @@ def bin_of_template(bins: list[Bin], problem: Problem, template: int) -> int:
     use = problem.templates[template].limit_use
     for b in sorted(bins, key=lambda b: b.cost):
         if (not b.existing and b.pool_index == pool and b.cost <= price and np.all(b.capacity >= tmpl_alloc)
-                and np.all(b.compatible >= ok) and all(b.limit_use.get(k, 0) <= v for k, v in use.items())):
+                and np.all(b.compatible >= ok) and np.all(b.preference >= problem.template_pref[:, template])
+                and all(b.limit_use.get(k, 0) <= v for k, v in use.items())):
             return b.index
     raise LookupError(f"no bin covers template {template}")

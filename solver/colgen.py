@@ -32,16 +32,26 @@ EPS = 1e-6
 
 @dataclass
 class Objective:
-    """Pattern cost: node price plus a per-pod penalty for landing below its best NodePool weight."""
+    """Pattern cost: node price plus per-pod penalties for landing below the best NodePool weight
+    (``rank_weight`` per rank) and for preferred node-affinity weight left unmet (``preference_weight``
+    per unit of weight)."""
 
     rank_weight: int
     unscheduled_weight: int
     best_rank: np.ndarray  # per class
+    preference_weight: int = 0
+    best_preference: np.ndarray | None = None  # per class
+
+    @property
+    def has_penalties(self) -> bool:
+        return self.rank_weight > 0 or self.preference_weight > 0
 
     def penalties(self, b: Bin) -> np.ndarray:
-        if b.existing:
-            return np.zeros(len(self.best_rank), dtype=np.int64)
-        penalties: np.ndarray = np.maximum(b.rank - self.best_rank, 0) * self.rank_weight
+        penalties: np.ndarray = np.zeros(len(self.best_rank), dtype=np.int64)
+        if not b.existing:
+            penalties = penalties + np.maximum(b.rank - self.best_rank, 0) * self.rank_weight
+        if self.preference_weight and self.best_preference is not None:
+            penalties = penalties + np.maximum(self.best_preference - b.preference, 0) * self.preference_weight
         return penalties
 
     def cost(self, b: Bin, counts: np.ndarray) -> int:

@@ -40,7 +40,7 @@ def decode(problem: Problem, bins: list[Bin], chosen: dict[Pattern, int]) -> Pla
 
 def shrink(problem: Problem, placement: Placement) -> Placement:
     """Move each new node to the cheapest template of its pool that still holds its pods and admits
-    every class on it, without using more of any NodePool limit."""
+    every class on it, without using more of any NodePool limit or matching fewer preferences."""
     class_of = {pod.key: c.index for c in problem.classes for pod in c.pods}
     by_pool: dict[str, list[int]] = {}
     for t, tmpl in enumerate(problem.templates):
@@ -53,6 +53,8 @@ def shrink(problem: Problem, placement: Placement) -> Placement:
         ks = np.array(sorted({class_of[p.key] for p in node.pods}), dtype=np.int64)
         ok = np.all(problem.template_alloc[idx] >= load, axis=1) & np.all(problem.template_ok[np.ix_(ks, idx)],
                                                                             axis=0)
+        # never trade away a preferred node-affinity match the node had
+        ok &= np.all(problem.template_pref[np.ix_(ks, idx)] >= problem.template_pref[ks, node.template][:, None], axis=0)
         for name, use in current.limit_use.items():
             ok &= np.array([problem.templates[t].limit_use.get(name, 0) <= use for t in idx])
         candidates = idx[ok]

@@ -55,23 +55,29 @@ class GreedyScheduler:
         self.free = problem.existing_free.copy()
         self.on_existing = np.zeros((len(problem.existing), len(problem.classes)), dtype=np.int64)
 
-    def _try_existing(self, c: int, size: np.ndarray) -> int | None:
+    def _try_existing(self, c: int, size: np.ndarray, prefer: bool) -> int | None:
         ok = self.p.existing_ok[c] & np.all(self.free >= size, axis=1) & (self.on_existing[:, c] < self.p.node_cap[c])
+        if prefer:
+            ok &= self.p.existing_heaviest[c]
         hits = np.flatnonzero(ok)
         return int(hits[0]) if len(hits) else None
 
-    def _narrow(self, claim: _Claim, c: int, total: np.ndarray) -> np.ndarray:
+    def _narrow(self, claim: _Claim, c: int, total: np.ndarray, prefer: bool) -> np.ndarray:
         cand = claim.candidates
         keep = self.p.template_ok[c, cand] & np.all(self.p.template_alloc[cand] >= total, axis=1)
+        if prefer:
+            keep &= self.p.template_heaviest[c, cand]
         narrowed: np.ndarray = cand[keep]
         return narrowed
 
-    def _new_claim(self, c: int, size: np.ndarray, order: int) -> _Claim | None:
+    def _new_claim(self, c: int, size: np.ndarray, order: int, prefer: bool) -> _Claim | None:
         for pool_index, idx in enumerate(self.by_pool):
             remaining = self.remaining[pool_index]
             if remaining.get(NODES, 1) <= 0:
                 continue
             mask = self.p.template_ok[c, idx] & np.all(self.p.template_alloc[idx] >= size, axis=1)
+            if prefer:
+                mask &= self.p.template_heaviest[c, idx]
             if self.limit_names[pool_index]:
                 rem = np.array([remaining[n] for n in self.limit_names[pool_index]], dtype=np.int64)
                 mask &= np.all(self.limit_use[pool_index] <= rem, axis=1)
@@ -90,45 +96,46 @@ class GreedyScheduler:
         claims: list[_Claim] = []
         for pod in queue:
             c = self.class_of[pod.key]
-            size = self.p.sizes[c]
-            e = self._try_existing(c, size)
-            if e is not None:
-                self.free[e] -= size
-                self.on_existing[e, c] += 1
-                placement.existing.setdefault(e, []).append(pod)
-                continue
-            placed = False
-            size_list = size.tolist()
-            for claim in sorted(claims, key=lambda cl: (len(cl.pods), cl.order)):
-                if any(r + z > m for r, z, m in zip(claim.used, size_list, claim.ceiling, strict=True)):
-                    continue
-                if claim.per_class.get(c, 0) >= self.p.node_cap[c]:
-                    continue
-                total = claim.requests + size
-                narrowed = self._narrow(claim, c, total)
-                if len(narrowed):
-                    claim.candidates, claim.requests = narrowed, total
-                    claim.ceiling = self.p.template_alloc[narrowed].max(axis=0).tolist()
-                    claim.used = total.tolist()
-                    claim.per_class[c] = claim.per_class.get(c, 0) + 1
-                    claim.pods.append(pod)
-                    placed = True
-                    break
-            if placed:
-                continue
-            new_claim = self._new_claim(c, size, len(claims))
-            if new_claim is None:
+            # Karpenter tries the heaviest preferred node-affinity term as if required, then relaxes it
+            attempts = (True, False) if pod.preferred_terms else (False,)
+            if not any(self._place(pod, c, claims, placement, prefer) for prefer in attempts):
                 placement.unschedulable.append(pod)
-                continue
-            claim = new_claim
-            claim.pods.append(pod)
-            claim.ceiling = self.p.template_alloc[claim.candidates].max(axis=0).tolist()
-            claim.used = size_list
-            claim.per_class[c] = 1
-            claims.append(claim)
         for claim in claims:
             placement.new_nodes.append(NewNode(template=self._cheapest(claim.candidates), pods=claim.pods))
         return placement
+
+    def _place(self, pod: Pod, c: int, claims: list[_Claim], placement: Placement, prefer: bool) -> bool:
+        size = self.p.sizes[c]
+        e = self._try_existing(c, size, prefer)
+        if e is not None:
+            self.free[e] -= size
+            self.on_existing[e, c] += 1
+            placement.existing.setdefault(e, []).append(pod)
+            return True
+        size_list = size.tolist()
+        for claim in sorted(claims, key=lambda cl: (len(cl.pods), cl.order)):
+            if any(r + z > m for r, z, m in zip(claim.used, size_list, claim.ceiling, strict=True)):
+                continue
+            if claim.per_class.get(c, 0) >= self.p.node_cap[c]:
+                continue
+            total = claim.requests + size
+            narrowed = self._narrow(claim, c, total, prefer)
+            if len(narrowed):
+                claim.candidates, claim.requests = narrowed, total
+                claim.ceiling = self.p.template_alloc[narrowed].max(axis=0).tolist()
+                claim.used = total.tolist()
+                claim.per_class[c] = claim.per_class.get(c, 0) + 1
+                claim.pods.append(pod)
+                return True
+        new_claim = self._new_claim(c, size, len(claims), prefer)
+        if new_claim is None:
+            return False
+        new_claim.pods.append(pod)
+        new_claim.ceiling = self.p.template_alloc[new_claim.candidates].max(axis=0).tolist()
+        new_claim.used = size_list
+        new_claim.per_class[c] = 1
+        claims.append(new_claim)
+        return True
 
     def _cheapest(self, candidates: np.ndarray) -> int:
         templates = self.p.templates

@@ -16,7 +16,7 @@ from model.pod import Pod
 from model.resources import CPU, MEMORY, PODS, Resources
 from model.snapshot import Snapshot
 from solver.classes import PodClass, build_classes, selector_label_keys
-from solver.rules import antiaffinity
+from solver.rules import antiaffinity, preferences
 from solver.rules.counters import build_counters
 from solver.rules.daemonsets import missing_daemon_overhead
 from solver.rules.selection import SelectionRule
@@ -56,6 +56,12 @@ class Problem:
     rule: SelectionRule
     #: most pods of each class one node may hold (hostname self-anti-affinity, host ports), shape (C,)
     node_cap: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    #: preferred node-affinity score of each class on each template / existing node, shapes (C, T), (C, E)
+    template_pref: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+    existing_pref: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+    #: does the class's heaviest preferred term match (Karpenter's first try), shapes (C, T), (C, E)
+    template_heaviest: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool))
+    existing_heaviest: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool))
     #: constraints pods carry that this version does not model (reported with the plan)
     unmodelled: list[str] = field(default_factory=list)
 
@@ -127,6 +133,19 @@ def compile_problem(snapshot: Snapshot, pods: list[Pod] | None = None) -> Proble
             on_node = bound.get(cap.name, [])
             existing_ok[c.index, e] = (rule.admits(c, cap.node.labels, cap.node.taints)
                                        and not antiaffinity.blocked_by_bound_pods(c, on_node, namespaces))
+    template_pref = np.zeros((len(classes), len(templates)), dtype=np.int64)
+    existing_pref = np.zeros((len(classes), len(existing)), dtype=np.int64)
+    template_heaviest = np.ones((len(classes), len(templates)), dtype=bool)
+    existing_heaviest = np.ones((len(classes), len(existing)), dtype=bool)
+    for c in classes:
+        if not c.representative.preferred_terms:
+            continue
+        for t, tmpl in enumerate(templates):
+            template_pref[c.index, t] = preferences.score(c, tmpl.labels)
+            template_heaviest[c.index, t] = preferences.heaviest_term_matches(c, tmpl.labels)
+        for e, cap in enumerate(existing):
+            existing_pref[c.index, e] = preferences.score(c, cap.node.labels)
+            existing_heaviest[c.index, e] = preferences.heaviest_term_matches(c, cap.node.labels)
     counters = build_counters(classes)
     base = len(axes)
     axes = axes + tuple(counter.name for counter in counters)
@@ -146,5 +165,6 @@ def compile_problem(snapshot: Snapshot, pods: list[Pod] | None = None) -> Proble
     return Problem(snapshot=snapshot, classes=classes, pools=pool_infos(snapshot), templates=templates,
                    existing=existing, axes=axes, sizes=sizes, template_alloc=template_alloc,
                    existing_free=existing_free, template_ok=template_ok, existing_ok=existing_ok,
-                   rule=rule, node_cap=node_cap,
+                   rule=rule, node_cap=node_cap, template_pref=template_pref, existing_pref=existing_pref,
+                   template_heaviest=template_heaviest, existing_heaviest=existing_heaviest,
                    unmodelled=antiaffinity.unmodelled(classes, namespaces))

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from model.instancetype import MICRO
+from model.instancetype import MICRO, price_micros
 from model.plan import (
     ExistingNodeAssignment,
     PlanCost,
@@ -41,6 +41,7 @@ from solver.patterns import Pattern
 from solver.placement import Placement
 from solver.problem import Problem, compile_problem
 from solver.proof import prove, slot_bounds
+from solver.rules.preferences import PreferencePolicy
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,10 @@ class SolveOptions:
     deterministic: bool = True
     #: largest compact model (node slots) the optimality proof may build
     max_proof_slots: int = 600
+    #: how preferred node affinity weighs against cost (see ``solver.rules.preferences``)
+    preference_policy: PreferencePolicy = PreferencePolicy.RESPECT
+    #: with ``Price``: $/h one unit of preference weight is worth, per pod
+    preference_price: float = 0.0
     #: ``time.monotonic()`` the time limit counts from (default: when ``solve`` starts); the CLI sets it
     #: before loading, so ``--time-limit`` bounds the whole command
     started_at: float | None = None
@@ -74,19 +79,32 @@ def _limits(problem: Problem) -> dict[tuple[int, str], int]:
             for name, value in pool.limits_remaining.items()}
 
 
-def _objective(problem: Problem, bins: list[Bin]) -> Objective:
-    """Weights that make the single objective lexicographic: unscheduled pods ≫ NodePool weight ≫ cost.
+def _objective(problem: Problem, bins: list[Bin], options: SolveOptions) -> Objective:
+    """Weights that make the single objective lexicographic: unscheduled pods ≫ NodePool weight ≫
+    preferred node affinity (under ``Respect``) ≫ cost.
 
-    A pod may land below its best NodePool only when that saves scheduling some pod; one pod moving up
-    a pool can cost at most one more node, so a per-pod penalty above the dearest node keeps the order.
+    One pod moving to a better pool or a preferred node can cost at most one more node, so a per-pod
+    penalty above the dearest node keeps each level above the ones below it.
     """
-    costs = [b.cost for b in bins] or [1]
+    cost_scale = max((b.cost for b in bins), default=0) + 1
     ranks = [b.rank for b in bins if not b.existing]
     reachable = [{b.rank for b in bins if not b.existing and b.compatible[c.index]} for c in problem.classes]
     best = np.array([min(r, default=0) for r in reachable], dtype=np.int64)
-    rank_weight = (max(costs) + 1) if any(len(r) > 1 for r in reachable) else 0
-    unscheduled = (rank_weight * (max(ranks, default=0) + 1) + max(costs) + 1) * 4
-    return Objective(rank_weight=rank_weight, unscheduled_weight=unscheduled, best_rank=best)
+    best_preference = np.array([max((int(b.preference[c.index]) for b in bins if b.compatible[c.index]), default=0)
+                                for c in problem.classes], dtype=np.int64)
+    if options.preference_policy is PreferencePolicy.RESPECT:
+        preference_weight = cost_scale
+    elif options.preference_policy is PreferencePolicy.PRICE:
+        preference_weight = price_micros(options.preference_price)
+    else:
+        preference_weight = 0
+    if not best_preference.any():
+        preference_weight = 0
+    preference_span = preference_weight * (int(best_preference.max(initial=0)) + 1)
+    rank_weight = (preference_span + cost_scale) if any(len(r) > 1 for r in reachable) else 0
+    unscheduled = (rank_weight * (max(ranks, default=0) + 1) + preference_span + cost_scale) * 4
+    return Objective(rank_weight=rank_weight, unscheduled_weight=unscheduled, best_rank=best,
+                     preference_weight=preference_weight, best_preference=best_preference)
 
 
 def _patterns_of(problem: Problem, bins: list[Bin], placement: Placement) -> dict[Pattern, int]:
@@ -109,13 +127,27 @@ def _patterns_of(problem: Problem, bins: list[Bin], placement: Placement) -> dic
     return out
 
 
-def _score(problem: Problem, objective: Objective, placement: Placement) -> tuple[int, int, int]:
-    penalty = 0
+def _score(problem: Problem, objective: Objective, placement: Placement) -> tuple[int, int]:
+    """(pods left unscheduled, penalties + cost): the objective's own order (its weights already make
+    NodePool weight and, under Respect, preferences outrank cost)."""
     class_of = {pod.key: c.index for c in problem.classes for pod in c.pods}
+    best_preference = objective.best_preference
+    penalty = 0
     for node in placement.new_nodes:
         rank = problem.templates[node.template].pool.rank
-        penalty += sum(max(rank - int(objective.best_rank[class_of[p.key]]), 0) for p in node.pods)
-    return (len(placement.unschedulable), penalty, placement.cost_micros(problem))
+        for p in node.pods:
+            k = class_of[p.key]
+            penalty += max(rank - int(objective.best_rank[k]), 0) * objective.rank_weight
+            if best_preference is not None:
+                deficit = int(best_preference[k]) - int(problem.template_pref[k, node.template])
+                penalty += max(deficit, 0) * objective.preference_weight
+    if best_preference is not None and objective.preference_weight:
+        for e, pods in placement.existing.items():
+            for p in pods:
+                k = class_of[p.key]
+                penalty += max(int(best_preference[k]) - int(problem.existing_pref[k, e]), 0) \
+                    * objective.preference_weight
+    return (len(placement.unschedulable), penalty + placement.cost_micros(problem))
 
 
 def placeable_demand(problem: Problem, bins: list[Bin]) -> np.ndarray:
@@ -162,7 +194,7 @@ def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResul
         return _result(problem, greedy, greedy, 0.0, "EMPTY", started, options, stats)
     with stats.stage("bins"):
         bins = build_bins(problem)
-        objective = _objective(problem, bins)
+        objective = _objective(problem, bins, options)
         greedy_patterns = _patterns_of(problem, bins, greedy)
         limits = _limits(problem)
         demand = placeable_demand(problem, bins)
@@ -181,7 +213,7 @@ def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResul
     if rounded is not None and _score(problem, objective, rounded) < greedy_score:
         placement, status = rounded, "FEASIBLE"
         hint = _patterns_of(problem, bins, rounded)
-    provable = objective.rank_weight == 0 and bool(cg.reduced_cost_floor)
+    provable = not objective.has_penalties and bool(cg.reduced_cost_floor)
     if provable and _all_placeable_scheduled(problem, demand, placement):
         cost = placement.cost_micros(problem)
         slots = sum(slot_bounds(bins, problem.sizes, demand, cg.reduced_cost_floor, cost - cg.floor_lp_value,
@@ -205,7 +237,7 @@ def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResul
                 placement, status = candidate, "FEASIBLE"
             if master.status == "OPTIMAL" and master.objective <= bound + 0.5:
                 status = "OPTIMAL"
-    if status != "OPTIMAL" and objective.rank_weight == 0 and _all_placeable_scheduled(problem, demand, placement) \
+    if status != "OPTIMAL" and not objective.has_penalties and _all_placeable_scheduled(problem, demand, placement) \
             and placement.cost_micros(problem) <= bound + 0.5:
         status = "OPTIMAL"  # the plan meets the lower bound, whichever stage found it
     if placement is greedy:
@@ -214,7 +246,7 @@ def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResul
     if status == "OPTIMAL":
         stats.bound_method = "proven optimal (CP-SAT over reduced-cost-filtered slots)"
         reported = float(cost)
-    elif objective.rank_weight == 0 and _all_placeable_scheduled(problem, demand, placement):
+    elif not objective.has_penalties and _all_placeable_scheduled(problem, demand, placement):
         stats.bound_method = "column generation LP" + ("" if cg.converged else " (Lagrangian, not converged)")
         reported = bound
     else:
@@ -222,7 +254,7 @@ def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResul
             reported, _ = lower_bound(problem, bins, placement, max(deadline, time.monotonic() + 1.0),
                                       cg.patterns)
         stats.bound_method = "column generation LP over the pods this plan schedules"
-    stats.lp_bound = cg.lp_value if cg.converged and objective.rank_weight == 0 else None
+    stats.lp_bound = cg.lp_value if cg.converged and not objective.has_penalties else None
     return _result(problem, placement, greedy, reported, status, started, options, stats)
 
 

@@ -55,6 +55,11 @@ def workloads(draw: st.DrawFn) -> list[dict[str, Any]]:
                     {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]}]}}}
         if draw(st.booleans()):
             extra["tolerations"] = [{"key": "team", "operator": "Exists"}]
+        if draw(st.integers(0, 3)) == 0:
+            node_affinity = extra.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+            node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] = [
+                {"weight": draw(st.integers(1, 100)), "preference": {"matchExpressions": [
+                    {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [draw(st.sampled_from(ZONES))]}]}}]
         pod_rule = draw(st.sampled_from([None, None, "anti", "port"]))
         if pod_rule == "anti":  # one per node, against its own Deployment only
             extra.setdefault("affinity", {})["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [
@@ -110,5 +115,6 @@ def test_random_clusters_give_valid_plans_no_worse_than_greedy(objects: list[dic
     plan, greedy = result.plan, result.greedy
     assert len(plan.unschedulable) <= len(greedy.unschedulable)
     weights = {np.weight for np in snapshot.nodepools}
-    if len(plan.unschedulable) == len(greedy.unschedulable) and len(weights) == 1:
+    preferences = any(p.preferred_terms for p in snapshot.pods)
+    if len(plan.unschedulable) == len(greedy.unschedulable) and len(weights) == 1 and not preferences:
         assert plan.cost.total <= (plan.cost.greedy or 0.0) + 1e-5  # prices are summed as floats
