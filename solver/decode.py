@@ -54,7 +54,8 @@ def shrink(problem: Problem, placement: Placement) -> Placement:
         ok = np.all(problem.template_alloc[idx] >= load, axis=1) & np.all(problem.template_ok[np.ix_(ks, idx)],
                                                                             axis=0)
         # never trade away a preferred node-affinity match the node had
-        ok &= np.all(problem.template_pref[np.ix_(ks, idx)] >= problem.template_pref[ks, node.template][:, None], axis=0)
+        had = problem.template_pref[ks, node.template][:, None]
+        ok &= np.all(problem.template_pref[np.ix_(ks, idx)] >= had, axis=0)
         for name, use in current.limit_use.items():
             ok &= np.array([problem.templates[t].limit_use.get(name, 0) <= use for t in idx])
         candidates = idx[ok]

@@ -59,7 +59,8 @@ def workloads(draw: st.DrawFn) -> list[dict[str, Any]]:
             node_affinity = extra.setdefault("affinity", {}).setdefault("nodeAffinity", {})
             node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] = [
                 {"weight": draw(st.integers(1, 100)), "preference": {"matchExpressions": [
-                    {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [draw(st.sampled_from(ZONES))]}]}}]
+                    {"key": "topology.kubernetes.io/zone", "operator": "In",
+                     "values": [draw(st.sampled_from(ZONES))]}]}}]
         pod_rule = draw(st.sampled_from([None, None, "anti", "port"]))
         if pod_rule == "anti":  # one per node, against its own Deployment only
             extra.setdefault("affinity", {})["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [
