@@ -125,6 +125,9 @@ class Pod(BaseModel):
     volume_terms: tuple[tuple[Requirements, ...], ...] = ()
     #: why the pod's volumes keep it from any node (an unbound Immediate claim, a missing claim)
     volume_problem: str = ""
+    #: set by the solver, never by parsing: the zone a zone-level rule assigned it, or why none is left
+    zone_pin: str = ""
+    zone_problem: str = ""
 
     @property
     def key(self) -> str:
@@ -146,9 +149,11 @@ class Pod(BaseModel):
     def node_requirements(self) -> tuple[Requirements, ...]:
         """Alternatives the node's labels must satisfy: nodeSelector AND (term1 OR term2 OR ...), AND each
         volume's topology (its own ORed terms)."""
-        if self.volume_problem:
+        if self.volume_problem or self.zone_problem:
             return (Requirements.never(),)
         selector = Requirements.from_labels(self.node_selector)
+        if self.zone_pin:
+            selector = selector & Requirements.from_labels({"topology.kubernetes.io/zone": self.zone_pin})
         alternatives = [selector & term for term in self.required_terms] or [selector]
         for group in self.volume_terms:
             alternatives = [alt & term for alt in alternatives for term in group]

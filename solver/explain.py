@@ -15,8 +15,9 @@ def explain(problem: Problem, pod: Pod) -> str:
     """The first rule that rules out every node, checked in the order a person would fix them."""
     c = next(cl.index for cl in problem.classes if any(p.key == pod.key for p in cl.pods))
     pod_class = problem.classes[c]
-    if pod.volume_problem:
-        return pod.volume_problem
+    representative = pod_class.representative
+    if representative.volume_problem or representative.zone_problem:
+        return representative.volume_problem or representative.zone_problem
     if not problem.pools and not problem.existing:
         return "no NodePool in the snapshot and no existing node with room"
     if not problem.templates:

@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from model.labels import INITIALIZED
+from model.labels import INITIALIZED, ZONE
 from model.node import Node
 from model.pod import Pod
 from model.resources import CPU, MEMORY, PODS, Resources
 from model.snapshot import Snapshot
 from solver.classes import PodClass, build_classes, selector_label_keys
-from solver.rules import antiaffinity, preferences
+from solver.rules import antiaffinity, preferences, zones
 from solver.rules.counters import build_counters
 from solver.rules.daemonsets import missing_daemon_overhead
 from solver.rules.selection import SelectionRule
@@ -109,12 +109,33 @@ def existing_capacity(snapshot: Snapshot) -> list[ExistingCapacity]:
 UNLIMITED = 1 << 30
 
 
+def pin_zones(snapshot: Snapshot, pending: list[Pod], templates: list[NodeTemplate],
+              existing: list[ExistingCapacity]) -> list[Pod]:
+    """Apply zone-level rules (``rules.zones``) as zone pins on copies of the pending pods."""
+    if not any(p.topology_spread or p.pod_affinity or p.pod_anti_affinity for p in pending):
+        return pending
+    zone_of = {n.name: n.labels.get(ZONE, "") for n in snapshot.nodes}
+    bound = [(p, zone_of.get(p.node_name, "")) for p in snapshot.pods if p.node_name and not p.terminal]
+    nodes = [(t.labels, t.pool.taints) for t in templates] + [(e.node.labels, list(e.node.taints)) for e in existing]
+    plan = zones.plan_zones(pending, bound, nodes)
+    out = []
+    for pod in pending:
+        if pod.key in plan.pins:
+            pod = pod.model_copy(update={"zone_pin": plan.pins[pod.key]})
+        elif pod.key in plan.refused:
+            pod = pod.model_copy(update={"zone_problem": plan.refused[pod.key]})
+        out.append(pod)
+    return out
+
+
 def compile_problem(snapshot: Snapshot, pods: list[Pod] | None = None) -> Problem:
     pending = snapshot.pending_pods() if pods is None else pods
-    classes = build_classes(pending, selector_label_keys(snapshot.pods))
+    label_keys = selector_label_keys(snapshot.pods)
     namespaces = {ns.name: ns.labels for ns in snapshot.namespaces}
-    templates = build_templates(snapshot, classes)
+    templates = build_templates(snapshot, build_classes(pending, label_keys))
     existing = existing_capacity(snapshot)
+    pending = pin_zones(snapshot, pending, templates, existing)
+    classes = build_classes(pending, label_keys)
     axes = resource_axes(classes)
     rule = SelectionRule()
     template_ok = np.zeros((len(classes), len(templates)), dtype=bool)

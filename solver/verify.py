@@ -61,38 +61,71 @@ def _matching(members: list[Pod], namespace: str, selector: LabelSelector) -> in
     return sum(1 for p in members if p.namespace == namespace and selector.matches(p.labels))
 
 
-def _hostname_spread_violations(snapshot: Snapshot, plan: ProvisioningPlan, pods: dict[str, Pod]) -> list[str]:
-    """Kubernetes' PodTopologySpread on kubernetes.io/hostname (DoNotSchedule), on the final state: for
-    each planned pod, matching pods on its node minus the fewest on any eligible node ≤ maxSkew."""
+def _final_nodes(snapshot: Snapshot, plan: ProvisioningPlan, pods: dict[str, Pod]
+                 ) -> tuple[dict[str, tuple[dict[str, str], list[Pod]]], dict[str, str]]:
+    """Every node after the plan (labels incl. hostname, pods) and where each planned pod lands."""
     nodes: dict[str, tuple[dict[str, str], list[Pod]]] = {}
     catalog = {it.name: it for it in snapshot.instance_types}
     for node in snapshot.nodes:
         if not node.deleting:
-            nodes[node.name] = (node.labels, snapshot.pods_on(node.name))
+            nodes[node.name] = ({HOSTNAME: node.name, **node.labels}, snapshot.pods_on(node.name))
     where: dict[str, str] = {}
     for claim in plan.node_claims:
         it = catalog.get(claim.instance_type)
-        labels = {**claim.labels, **(it.labels if it else {}), wk.ZONE: claim.zone}
+        labels = {HOSTNAME: claim.name, **claim.labels, **(it.labels if it else {}), wk.ZONE: claim.zone}
         nodes[claim.name] = (labels, [pods[k] for k in claim.pods if k in pods])
         where.update((k, claim.name) for k in claim.pods if k in pods)
     for assignment in plan.existing_nodes:
         if assignment.name in nodes:
             nodes[assignment.name][1].extend(pods[k] for k in assignment.pods if k in pods)
             where.update((k, assignment.name) for k in assignment.pods if k in pods)
+    return nodes, where
+
+
+def _topology_violations(snapshot: Snapshot, plan: ProvisioningPlan, pods: dict[str, Pod]) -> list[str]:
+    """Topology spread (DoNotSchedule) and required pod (anti-)affinity, on the final state, for any
+    topology key: a domain is every node sharing the key's value; counts include pods already running."""
+    nodes, where = _final_nodes(snapshot, plan, pods)
+    namespaces = {ns.name: ns.labels for ns in snapshot.namespaces}
+    everyone = [(labels, pod) for labels, members in nodes.values() for pod in members]
     out = []
-    for key, node_name in where.items():
-        pod = pods.get(key)
-        if pod is None:
-            continue  # reported above as not a pending pod
+    for key, node_name in sorted(where.items()):
+        pod = pods[key]
+        labels = nodes[node_name][0]
         for spread in pod.topology_spread:
-            if spread.topology_key != HOSTNAME or spread.when_unsatisfiable != "DoNotSchedule" or not spread.selector:
+            if spread.when_unsatisfiable != "DoNotSchedule" or not spread.selector:
                 continue
-            eligible = [_matching(members, pod.namespace, spread.selector) for labels, members in nodes.values()
-                        if spread.node_affinity_policy == "Ignore" or pod.accepts_labels(labels)]
-            skew = _matching(nodes[node_name][1], pod.namespace, spread.selector) - min(eligible, default=0)
-            if skew > spread.max_skew:
-                out.append(f"node {node_name}: pod {key} topology spread on {HOSTNAME} has skew {skew} > "
-                           f"maxSkew {spread.max_skew}")
+            counts: dict[str, int] = {}
+            for node_labels, members in nodes.values():
+                domain = node_labels.get(spread.topology_key)
+                if domain is None or not (spread.node_affinity_policy == "Ignore" or pod.accepts_labels(node_labels)):
+                    continue
+                counts[domain] = counts.get(domain, 0) + _matching(members, pod.namespace, spread.selector)
+            own = counts.get(labels.get(spread.topology_key, ""), 0)
+            floor = 0 if spread.min_domains and len(counts) < spread.min_domains else min(counts.values(), default=0)
+            if own - floor > spread.max_skew:
+                out.append(f"node {node_name}: pod {key} topology spread on {spread.topology_key} has skew "
+                           f"{own - floor} > maxSkew {spread.max_skew}")
+        for term in pod.pod_anti_affinity:
+            domain = labels.get(term.topology_key)
+            for other_labels, other in everyone:
+                if other.key != key and domain is not None and other_labels.get(term.topology_key) == domain \
+                        and term.selects(pod.namespace, pod.labels, other.namespace, other.labels,
+                                         namespaces.get(other.namespace)):
+                    out.append(f"node {node_name}: pod {key} anti-affinity on {term.topology_key} is violated "
+                               f"by {other.key}")
+        for term in pod.pod_affinity:
+            domain = labels.get(term.topology_key)
+            matches = [(other_labels.get(term.topology_key), other) for other_labels, other in everyone
+                       if other.key != key and term.selects(pod.namespace, pod.labels, other.namespace,
+                                                            other.labels, namespaces.get(other.namespace))]
+            self_match = term.selects(pod.namespace, pod.labels, pod.namespace, pod.labels)
+            if any(d == domain for d, _ in matches):
+                continue
+            if not matches and self_match:
+                continue  # the first of a self-affine group may go anywhere
+            out.append(f"node {node_name}: pod {key} affinity on {term.topology_key} finds no matching pod "
+                       f"in its domain {domain}")
     return out
 
 
@@ -193,7 +226,7 @@ def verify(snapshot: Snapshot, plan: ProvisioningPlan) -> list[str]:
         for pod in members:
             violations.extend(_placement_violations(where, pod, node.labels, list(node.taints)))
         violations.extend(_fit_violations(where, members, node.allocatable - used))
-    violations.extend(_hostname_spread_violations(snapshot, plan, pods))
+    violations.extend(_topology_violations(snapshot, plan, pods))
     if abs(total - plan.cost.total) > 1e-4:
         violations.append(f"cost.total {plan.cost.total} differs from the sum of offering prices {total:.6f}")
     if plan.cost.lower_bound > plan.cost.total + 1e-4:

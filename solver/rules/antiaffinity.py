@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from model.labels import HOSTNAME
+from model.labels import HOSTNAME, ZONE
 from model.pod import Pod
 from solver.classes import PodClass
 from solver.rules.counters import modelled_spread
@@ -40,11 +40,13 @@ def unmodelled(classes: Sequence[PodClass], namespace_labels: Mapping[str, dict[
     notes = []
     for c in classes:
         pod = c.representative
-        other_keys = {t.topology_key for t in pod.pod_anti_affinity if t.topology_key != HOSTNAME}
+        own = (pod.namespace, pod.labels)
+        other_keys = {t.topology_key for t in pod.pod_anti_affinity if t.topology_key != HOSTNAME
+                      and not (t.topology_key == ZONE and t.selects(*own, *own))}
         if other_keys:
             notes.append(f"{c.name}: required pod anti-affinity on {', '.join(sorted(other_keys))} is not modelled")
-        if pod.pod_affinity:
-            notes.append(f"{c.name}: required pod affinity is not modelled")
+        if any(not (t.topology_key == ZONE and t.selects(*own, *own)) for t in pod.pod_affinity):
+            notes.append(f"{c.name}: required pod affinity other than to its own pods on a zone is not modelled")
         unmodelled_spread = [s for i, s in enumerate(pod.topology_spread) if not modelled_spread(pod)[i]]
         if unmodelled_spread:
             keys = ", ".join(sorted({f"{s.topology_key} ({s.when_unsatisfiable})" for s in unmodelled_spread}))

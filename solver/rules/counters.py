@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from model.affinity import LabelSelector
-from model.labels import HOSTNAME
+from model.labels import HOSTNAME, ZONE
 from model.pod import Pod
 from solver.classes import PodClass
 
@@ -74,6 +74,7 @@ def build_counters(classes: Sequence[PodClass]) -> list[NodeCounter]:
 
 
 def modelled_spread(pod: Pod) -> Mapping[int, bool]:
-    """Which of a pod's spread constraints the counters model (by position)."""
-    return {i: s.topology_key == HOSTNAME and s.when_unsatisfiable == "DoNotSchedule" and s.selector is not None
-            for i, s in enumerate(pod.topology_spread)}
+    """Which of a pod's spread constraints nodeplan models (by position): DoNotSchedule on hostname
+    (per-node counters) or zone (zone pins, ``rules.zones``)."""
+    return {i: s.topology_key in (HOSTNAME, ZONE) and s.when_unsatisfiable == "DoNotSchedule"
+            and s.selector is not None for i, s in enumerate(pod.topology_spread)}

@@ -66,11 +66,11 @@ def test_host_ports_hold_one_pod_per_node_and_avoid_daemonset_ports() -> None:
 
 def test_unmodelled_constraints_are_reported() -> None:
     spread = {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
-                                             "whenUnsatisfiable": "DoNotSchedule",
+                                             "whenUnsatisfiable": "ScheduleAnyway",
                                              "labelSelector": {"matchLabels": {"app": "web"}}}]}
     objects = [linux_pool("default"), pod("web", labels={"app": "web"}, spec_extra=spread)]
     plan = solve_verified(snapshot_of(objects)).plan
-    assert any("topology spread on topology.kubernetes.io/zone (DoNotSchedule) is not modelled" in n
+    assert any("topology spread on topology.kubernetes.io/zone (ScheduleAnyway) is not modelled" in n
                for n in plan.solver.notes)
 
 
@@ -111,3 +111,72 @@ def test_verifier_catches_anti_affinity_violations() -> None:
     plan["cost"]["total"] = plan["nodeClaims"][0]["price"]
     violations = verify(snap, ProvisioningPlan.model_validate(plan))
     assert any("anti-affinity" in v for v in violations), violations
+
+
+ZONE = "topology.kubernetes.io/zone"
+
+
+def _zone_spread(app: str, skew: int = 1, min_domains: int | None = None) -> dict[str, Any]:
+    constraint: dict[str, Any] = {"maxSkew": skew, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule",
+                                  "labelSelector": {"matchLabels": {"app": app}}}
+    if min_domains:
+        constraint["minDomains"] = min_domains
+    return {"topologySpreadConstraints": [constraint]}
+
+
+def _zone_node(name: str, zone: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/os": "linux", "kubernetes.io/hostname": name,
+                                                  ZONE: zone}},
+            "status": {"allocatable": {"cpu": "2", "memory": "4Gi", "pods": "110"},
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def test_zone_spread_balances_across_zones_counting_running_pods() -> None:
+    objects = [linux_pool("default"), _zone_node("old", "test-zone-a")]
+    objects += [pod(f"web-old-{i}", cpu="100m", labels={"app": "web"}, node_name="old") for i in range(2)]
+    objects += [pod(f"web-{i}", cpu="500m", labels={"app": "web"}, owner="web", spec_extra=_zone_spread("web"))
+                for i in range(10)]
+    snap = snapshot_of(objects)
+    plan = solve_verified(snap).plan
+    per_zone: dict[str, int] = {"test-zone-a": 2}
+    for claim in plan.node_claims:
+        per_zone[claim.zone] = per_zone.get(claim.zone, 0) + len(claim.pods)
+    for node in plan.existing_nodes:
+        per_zone["test-zone-a"] += len(node.pods)
+    assert sorted(per_zone.values()) == [3, 3, 3, 3]  # 12 pods over four zones, the two running ones counted
+    lopsided = plan.to_json_dict()
+    moved = [c for c in lopsided["nodeClaims"] if c["zone"] != "test-zone-b"]
+    for claim in moved:
+        claim.update(zone="test-zone-b", labels={**claim["labels"], ZONE: "test-zone-b"})
+    assert any("topology spread on topology.kubernetes.io/zone" in v
+               for v in verify(snap, ProvisioningPlan.model_validate(lopsided)))
+
+
+def test_zone_spread_with_min_domains_caps_each_zone() -> None:
+    pool = linux_pool("two-zones", requirements=[{"key": ZONE, "operator": "In",
+                                                  "values": ["test-zone-a", "test-zone-b"]}])
+    objects = [pool] + [pod(f"q-{i}", cpu="100m", labels={"app": "q"}, owner="q",
+                            spec_extra=_zone_spread("q", skew=2, min_domains=3)) for i in range(6)]
+    plan = solve_verified(snapshot_of(objects)).plan
+    assert sum(len(c.pods) for c in plan.node_claims) == 4 and len(plan.unschedulable) == 2
+    assert "topology spread" in plan.unschedulable[0].reason
+
+
+def test_zone_anti_affinity_puts_one_pod_per_zone() -> None:
+    objects = [linux_pool("default")] + [pod(f"zk-{i}", cpu="250m", labels={"app": "zk"}, owner="zk",
+                                             spec_extra=_anti("zk", ZONE)) for i in range(5)]
+    plan = solve_verified(snapshot_of(objects)).plan
+    assert sorted(c.zone for c in plan.node_claims) == ["test-zone-a", "test-zone-b", "test-zone-c", "test-zone-d"]
+    assert len(plan.unschedulable) == 1 and "pod anti-affinity" in plan.unschedulable[0].reason
+
+
+def test_zone_affinity_keeps_a_group_with_its_running_pods() -> None:
+    affinity = {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": ZONE}]}}}
+    objects = [linux_pool("default"), _zone_node("old", "test-zone-c"),
+               pod("cache-old", cpu="1500m", labels={"app": "cache"}, node_name="old")]
+    objects += [pod(f"cache-{i}", cpu="1", labels={"app": "cache"}, owner="cache", spec_extra=affinity)
+                for i in range(4)]
+    plan = solve_verified(snapshot_of(objects)).plan
+    assert {c.zone for c in plan.node_claims} == {"test-zone-c"}

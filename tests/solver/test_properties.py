@@ -61,10 +61,16 @@ def workloads(draw: st.DrawFn) -> list[dict[str, Any]]:
                 {"weight": draw(st.integers(1, 100)), "preference": {"matchExpressions": [
                     {"key": "topology.kubernetes.io/zone", "operator": "In",
                      "values": [draw(st.sampled_from(ZONES))]}]}}]
-        pod_rule = draw(st.sampled_from([None, None, "anti", "port"]))
-        if pod_rule == "anti":  # one per node, against its own Deployment only
+        pod_rule = draw(st.sampled_from([None, None, "anti", "port", "zone-anti", "zone-spread", "host-spread"]))
+        if pod_rule in ("anti", "zone-anti"):  # against its own Deployment only
+            key = "kubernetes.io/hostname" if pod_rule == "anti" else "topology.kubernetes.io/zone"
             extra.setdefault("affinity", {})["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [
-                {"labelSelector": {"matchLabels": {"app": f"d{d}"}}, "topologyKey": "kubernetes.io/hostname"}]}
+                {"labelSelector": {"matchLabels": {"app": f"d{d}"}}, "topologyKey": key}]}
+        if pod_rule in ("zone-spread", "host-spread"):
+            key = "kubernetes.io/hostname" if pod_rule == "host-spread" else "topology.kubernetes.io/zone"
+            extra["topologySpreadConstraints"] = [{"maxSkew": draw(st.integers(1, 2)), "topologyKey": key,
+                                                   "whenUnsatisfiable": "DoNotSchedule",
+                                                   "labelSelector": {"matchLabels": {"app": f"d{d}"}}}]
         cpu = draw(st.sampled_from(["100m", "250m", "500m", "1", "1500m", "3"]))
         memory = draw(st.sampled_from(["128Mi", "512Mi", "1Gi", "4Gi", "12Gi"]))
         for r in range(draw(st.integers(1, 12))):
