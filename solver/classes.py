@@ -7,7 +7,7 @@ for pod affinity, ports) means adding those fields to ``class_key``.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 
 from model.pod import Pod
@@ -51,13 +51,22 @@ def class_key(pod: Pod, label_keys: frozenset[str] = frozenset()) -> Hashable:
 
 @dataclass(frozen=True)
 class PodClass:
+    """Interchangeable pods. A *bundle* class must land whole on one node (required pod affinity to its
+    own pods on kubernetes.io/hostname): the model sees it as one unit of ``unit`` pods."""
+
     index: int
     pods: tuple[Pod, ...]
     requests: Resources
+    bundle: bool = False
+
+    @property
+    def unit(self) -> int:
+        """Pods per unit the model counts: all of them for a bundle, else one."""
+        return len(self.pods) if self.bundle else 1
 
     @property
     def demand(self) -> int:
-        return len(self.pods)
+        return len(self.pods) // self.unit
 
     @property
     def representative(self) -> Pod:
@@ -77,11 +86,12 @@ class PodClass:
         return f"{self.representative.namespace}/{owner}"
 
 
-def build_classes(pods: Iterable[Pod], label_keys: frozenset[str] = frozenset()) -> list[PodClass]:
+def build_classes(pods: Iterable[Pod], label_keys: frozenset[str] = frozenset(),
+                  bundled: Callable[[Pod], bool] = lambda pod: False) -> list[PodClass]:
     """Group pods into classes, ordered as Karpenter's queue would meet their first pod."""
     groups: dict[Hashable, list[Pod]] = {}
     for pod in sorted(pods, key=karpenter_order):
         groups.setdefault(class_key(pod, label_keys), []).append(pod)
     ordered = sorted(groups.values(), key=lambda members: karpenter_order(members[0]))
-    return [PodClass(index=i, pods=tuple(members), requests=members[0].requests)
+    return [PodClass(index=i, pods=tuple(members), requests=members[0].requests, bundle=bundled(members[0]))
             for i, members in enumerate(ordered)]

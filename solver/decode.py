@@ -24,7 +24,7 @@ def decode(problem: Problem, bins: list[Bin], chosen: dict[Pattern, int]) -> Pla
         for _ in range(copies):
             pods: list[Pod] = []
             for k, a in enumerate(pattern.counts):
-                take = min(a, len(queues[k]))
+                take = min(a * problem.classes[k].unit, len(queues[k]))
                 pods.extend(queues[k][:take])
                 del queues[k][:take]
             if not pods:
@@ -49,7 +49,8 @@ def shrink(problem: Problem, placement: Placement) -> Placement:
     for node in placement.new_nodes:
         current = problem.templates[node.template]
         idx = np.array(by_pool[current.pool.name], dtype=np.int64)
-        load = sum((problem.sizes[class_of[p.key]] for p in node.pods), np.zeros(len(problem.axes), np.int64))
+        units = np.bincount([class_of[p.key] for p in node.pods], minlength=len(problem.classes))
+        load = (units // np.array([c.unit for c in problem.classes], dtype=np.int64)) @ problem.sizes
         ks = np.array(sorted({class_of[p.key] for p in node.pods}), dtype=np.int64)
         ok = np.all(problem.template_alloc[idx] >= load, axis=1) & np.all(problem.template_ok[np.ix_(ks, idx)],
                                                                             axis=0)

@@ -38,11 +38,19 @@ def explain(problem: Problem, pod: Pod) -> str:
                                                         if problem.templates[t].pool.name == p)])
         return f"does not tolerate the taints of the NodePools that match it ({taints})"
     taint_ok = [t for t in tolerated if problem.template_ok[c, t]]
+    if not taint_ok:
+        if representative.pod_affinity:
+            return ("required pod affinity on kubernetes.io/hostname: it must join a node already running its "
+                    "group, and none of those has room")
+        return "no node the NodePools can launch passes the pod's per-node rules"
     counters = [i for i, axis in enumerate(problem.axes) if axis.startswith("hostPort:") and problem.sizes[c, i]]
     if counters and not any(np.all(problem.template_alloc[t, counters] >= 1) for t in taint_ok):
         ports = ", ".join(problem.axes[i].split(":", 1)[1] for i in counters)
         return f"host port(s) {ports} are already bound by DaemonSets on every node the NodePools can launch"
     fits = [t for t in taint_ok if np.all(problem.template_alloc[t] >= problem.sizes[c])]
+    if not fits and pod_class.bundle:
+        return (f"required pod affinity on kubernetes.io/hostname puts all {pod_class.unit} pods of its group on one "
+                "node, and no instance type the NodePools allow holds them all")
     if not fits:
         biggest = Resources({a: int(problem.template_alloc[taint_ok, i].max()) for i, a in enumerate(problem.axes)})
         short = pod_class.requests.exceeding(biggest)

@@ -94,23 +94,30 @@ class GreedyScheduler:
                        key=karpenter_order)
         placement = Placement()
         claims: list[_Claim] = []
+        placed_bundles: set[int] = set()
         for pod in queue:
             c = self.class_of[pod.key]
+            group = [pod]
+            if self.p.classes[c].bundle:  # a self-affine group goes whole to one node
+                if c in placed_bundles:
+                    continue
+                placed_bundles.add(c)
+                group = [p for p in queue if self.class_of[p.key] == c]
             # Karpenter tries the heaviest preferred node-affinity term as if required, then relaxes it
             attempts = (True, False) if pod.preferred_terms else (False,)
-            if not any(self._place(pod, c, claims, placement, prefer) for prefer in attempts):
-                placement.unschedulable.append(pod)
+            if not any(self._place(group, c, claims, placement, prefer) for prefer in attempts):
+                placement.unschedulable.extend(group)
         for claim in claims:
             placement.new_nodes.append(NewNode(template=self._cheapest(claim.candidates), pods=claim.pods))
         return placement
 
-    def _place(self, pod: Pod, c: int, claims: list[_Claim], placement: Placement, prefer: bool) -> bool:
+    def _place(self, pods: list[Pod], c: int, claims: list[_Claim], placement: Placement, prefer: bool) -> bool:
         size = self.p.sizes[c]
         e = self._try_existing(c, size, prefer)
         if e is not None:
             self.free[e] -= size
             self.on_existing[e, c] += 1
-            placement.existing.setdefault(e, []).append(pod)
+            placement.existing.setdefault(e, []).extend(pods)
             return True
         size_list = size.tolist()
         for claim in sorted(claims, key=lambda cl: (len(cl.pods), cl.order)):
@@ -125,12 +132,12 @@ class GreedyScheduler:
                 claim.ceiling = self.p.template_alloc[narrowed].max(axis=0).tolist()
                 claim.used = total.tolist()
                 claim.per_class[c] = claim.per_class.get(c, 0) + 1
-                claim.pods.append(pod)
+                claim.pods.extend(pods)
                 return True
         new_claim = self._new_claim(c, size, len(claims), prefer)
         if new_claim is None:
             return False
-        new_claim.pods.append(pod)
+        new_claim.pods.extend(pods)
         new_claim.ceiling = self.p.template_alloc[new_claim.candidates].max(axis=0).tolist()
         new_claim.used = size_list
         new_claim.per_class[c] = 1

@@ -135,25 +135,37 @@ def compile_problem(snapshot: Snapshot, pods: list[Pod] | None = None) -> Proble
     templates = build_templates(snapshot, build_classes(pending, label_keys))
     existing = existing_capacity(snapshot)
     pending = pin_zones(snapshot, pending, templates, existing)
-    classes = build_classes(pending, label_keys)
-    axes = resource_axes(classes)
-    rule = SelectionRule()
-    template_ok = np.zeros((len(classes), len(templates)), dtype=bool)
-    existing_ok = np.zeros((len(classes), len(existing)), dtype=bool)
     bound: dict[str, list[Pod]] = {}
     for pod in snapshot.pods:
         if pod.node_name and not pod.terminal:
             bound.setdefault(pod.node_name, []).append(pod)
+    running = [p for pods_on_node in bound.values() for p in pods_on_node]
+
+    def bundled(pod: Pod) -> bool:
+        """Self-affine on hostname with no matching pod running yet: the whole group shares one new node."""
+        if not antiaffinity.self_affine_on_host(pod, namespaces):
+            return False
+        return not any(antiaffinity.affinity_matches(pod, other, namespaces) for other in running)
+
+    classes = build_classes(pending, label_keys, bundled)
+    axes = resource_axes(classes)
+    rule = SelectionRule()
+    template_ok = np.zeros((len(classes), len(templates)), dtype=bool)
+    existing_ok = np.zeros((len(classes), len(existing)), dtype=bool)
     node_cap = np.full(len(classes), UNLIMITED, dtype=np.int64)
     for c in classes:
         if antiaffinity.one_per_node(c, namespaces):
             node_cap[c.index] = 1
+        # self-affine on hostname with matching pods running: only the nodes that run them will do
+        joins_running = antiaffinity.self_affine_on_host(c.representative, namespaces) and not c.bundle
         for t, tmpl in enumerate(templates):
-            template_ok[c.index, t] = rule.admits(c, tmpl.labels, tmpl.pool.taints)
+            template_ok[c.index, t] = rule.admits(c, tmpl.labels, tmpl.pool.taints) and not joins_running
         for e, cap in enumerate(existing):
             on_node = bound.get(cap.name, [])
             existing_ok[c.index, e] = (rule.admits(c, cap.node.labels, cap.node.taints)
-                                       and not antiaffinity.blocked_by_bound_pods(c, on_node, namespaces))
+                                       and not antiaffinity.blocked_by_bound_pods(c, on_node, namespaces)
+                                       and (not joins_running or any(antiaffinity.affinity_matches(
+                                           c.representative, other, namespaces) for other in on_node)))
     template_pref = np.zeros((len(classes), len(templates)), dtype=np.int64)
     existing_pref = np.zeros((len(classes), len(existing)), dtype=np.int64)
     template_heaviest = np.ones((len(classes), len(templates)), dtype=bool)
@@ -170,7 +182,8 @@ def compile_problem(snapshot: Snapshot, pods: list[Pod] | None = None) -> Proble
     counters = build_counters(classes)
     base = len(axes)
     axes = axes + tuple(counter.name for counter in counters)
-    sizes = np.array([vector(c.requests, axes[:base]) + [counter.uses.get(c.index, 0) for counter in counters]
+    sizes = np.array([[v * c.unit for v in vector(c.requests, axes[:base])]
+                      + [counter.uses.get(c.index, 0) * c.unit for counter in counters]
                       for c in classes], dtype=np.int64).reshape(len(classes), len(axes))
     daemons_on = [[ds.pod for ds in snapshot.daemonsets if ds.runs_on(t.labels, t.pool.taints)] for t in templates]
     template_alloc = np.array([vector(t.allocatable, axes) for t in templates],

@@ -122,7 +122,7 @@ def _patterns_of(problem: Problem, bins: list[Bin], placement: Placement) -> dic
         counts = [0] * len(problem.classes)
         for key in keys:
             counts[class_of[key]] += 1
-        pattern = Pattern(b, tuple(counts))
+        pattern = Pattern(b, tuple(n // c.unit for n, c in zip(counts, problem.classes, strict=True)))
         out[pattern] = out.get(pattern, 0) + 1
     return out
 
@@ -161,7 +161,7 @@ def placeable_demand(problem: Problem, bins: list[Bin]) -> np.ndarray:
 
 def _scheduled_demand(problem: Problem, placement: Placement) -> np.ndarray:
     unscheduled = {p.key for p in placement.unschedulable}
-    return np.array([sum(1 for p in c.pods if p.key not in unscheduled) for c in problem.classes],
+    return np.array([sum(1 for p in c.pods if p.key not in unscheduled) // c.unit for c in problem.classes],
                     dtype=np.int64)
 
 

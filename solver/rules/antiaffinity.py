@@ -36,6 +36,20 @@ def blocked_by_bound_pods(pod_class: PodClass, bound: Sequence[Pod], namespace_l
     return any(repels(pod, other, namespace_labels) for other in bound)
 
 
+def affinity_matches(pod: Pod, other: Pod, namespace_labels: Mapping[str, dict[str, str]]) -> bool:
+    """Does a running pod satisfy one of ``pod``'s required hostname affinity terms?"""
+    return any(term.topology_key == HOSTNAME and term.selects(pod.namespace, pod.labels, other.namespace,
+                                                              other.labels, namespace_labels.get(other.namespace))
+               for term in pod.pod_affinity)
+
+
+def self_affine_on_host(pod: Pod, namespace_labels: Mapping[str, dict[str, str]]) -> bool:
+    """Required pod affinity to its own pods on kubernetes.io/hostname: the group shares one node."""
+    return any(term.topology_key == HOSTNAME and term.selects(pod.namespace, pod.labels, pod.namespace, pod.labels,
+                                                              namespace_labels.get(pod.namespace))
+               for term in pod.pod_affinity)
+
+
 def unmodelled(classes: Sequence[PodClass], namespace_labels: Mapping[str, dict[str, str]]) -> list[str]:
     notes = []
     for c in classes:
@@ -45,8 +59,8 @@ def unmodelled(classes: Sequence[PodClass], namespace_labels: Mapping[str, dict[
                       and not (t.topology_key == ZONE and t.selects(*own, *own))}
         if other_keys:
             notes.append(f"{c.name}: required pod anti-affinity on {', '.join(sorted(other_keys))} is not modelled")
-        if any(not (t.topology_key == ZONE and t.selects(*own, *own)) for t in pod.pod_affinity):
-            notes.append(f"{c.name}: required pod affinity other than to its own pods on a zone is not modelled")
+        if any(not (t.topology_key in (ZONE, HOSTNAME) and t.selects(*own, *own)) for t in pod.pod_affinity):
+            notes.append(f"{c.name}: required pod affinity other than to its own pods is not modelled")
         unmodelled_spread = [s for i, s in enumerate(pod.topology_spread) if not modelled_spread(pod)[i]]
         if unmodelled_spread:
             keys = ", ".join(sorted({f"{s.topology_key} ({s.when_unsatisfiable})" for s in unmodelled_spread}))

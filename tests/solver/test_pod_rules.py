@@ -180,3 +180,37 @@ def test_zone_affinity_keeps_a_group_with_its_running_pods() -> None:
                 for i in range(4)]
     plan = solve_verified(snapshot_of(objects)).plan
     assert {c.zone for c in plan.node_claims} == {"test-zone-c"}
+
+
+def _host_affinity(app: str) -> dict[str, Any]:
+    return {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": "kubernetes.io/hostname"}]}}}
+
+
+def test_host_self_affinity_puts_the_group_on_one_node() -> None:
+    objects = [linux_pool("default")] + [pod(f"shard-{i}", cpu="1", memory="1Gi", labels={"app": "shard"},
+                                             owner="shard", spec_extra=_host_affinity("shard")) for i in range(6)]
+    objects += [pod(f"web-{i}", cpu="1", memory="1Gi", owner="web") for i in range(6)]
+    plan = solve_verified(snapshot_of(objects)).plan
+    homes = {c.name for c in plan.node_claims for p in c.pods if "shard" in p}
+    assert len(homes) == 1
+
+
+def test_host_self_affinity_joins_the_node_running_its_group() -> None:
+    node = _zone_node("old", "test-zone-a")
+    objects = [linux_pool("default"), node, pod("shard-old", cpu="100m", labels={"app": "shard"}, node_name="old")]
+    objects += [pod(f"shard-{i}", cpu="500m", labels={"app": "shard"}, owner="shard",
+                    spec_extra=_host_affinity("shard")) for i in range(2)]
+    objects += [pod("big", cpu="1500m", labels={"app": "shard"}, spec_extra=_host_affinity("shard"))]
+    plan = solve_verified(snapshot_of(objects)).plan
+    assert plan.existing_nodes[0].pods == ["default/shard-0", "default/shard-1"]
+    assert [u.pod for u in plan.unschedulable] == ["default/big"]  # 1.9 cpu node: no room next to its group
+
+
+def test_host_self_affinity_group_too_big_for_any_node_is_explained() -> None:
+    pool = linux_pool("small", requirements=[{"key": "karpenter.kwok.sh/instance-cpu", "operator": "In",
+                                              "values": ["2"]}])
+    objects = [pool] + [pod(f"shard-{i}", cpu="1", labels={"app": "shard"}, owner="shard",
+                            spec_extra=_host_affinity("shard")) for i in range(3)]
+    plan = solve_verified(snapshot_of(objects)).plan
+    assert len(plan.unschedulable) == 3 and "all 3 pods of its group on one node" in plan.unschedulable[0].reason

@@ -61,7 +61,12 @@ def workloads(draw: st.DrawFn) -> list[dict[str, Any]]:
                 {"weight": draw(st.integers(1, 100)), "preference": {"matchExpressions": [
                     {"key": "topology.kubernetes.io/zone", "operator": "In",
                      "values": [draw(st.sampled_from(ZONES))]}]}}]
-        pod_rule = draw(st.sampled_from([None, None, "anti", "port", "zone-anti", "zone-spread", "host-spread"]))
+        pod_rule = draw(st.sampled_from([None, None, "anti", "port", "zone-anti", "zone-spread", "host-spread",
+                                         "host-affinity", "zone-affinity"]))
+        if pod_rule in ("host-affinity", "zone-affinity"):  # to its own Deployment only
+            key = "kubernetes.io/hostname" if pod_rule == "host-affinity" else "topology.kubernetes.io/zone"
+            extra.setdefault("affinity", {})["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": f"d{d}"}}, "topologyKey": key}]}
         if pod_rule in ("anti", "zone-anti"):  # against its own Deployment only
             key = "kubernetes.io/hostname" if pod_rule == "anti" else "topology.kubernetes.io/zone"
             extra.setdefault("affinity", {})["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [
