@@ -179,7 +179,7 @@ def compile_problem(snapshot: Snapshot, pods: list[Pod] | None = None) -> Proble
         for e, cap in enumerate(existing):
             existing_pref[c.index, e] = preferences.score(c, cap.node.labels)
             existing_heaviest[c.index, e] = preferences.heaviest_term_matches(c, cap.node.labels)
-    counters = build_counters(classes)
+    counters = build_counters(classes, namespaces)
     base = len(axes)
     axes = axes + tuple(counter.name for counter in counters)
     sizes = np.array([[v * c.unit for v in vector(c.requests, axes[:base])]
@@ -201,4 +201,4 @@ def compile_problem(snapshot: Snapshot, pods: list[Pod] | None = None) -> Proble
                    existing_free=existing_free, template_ok=template_ok, existing_ok=existing_ok,
                    rule=rule, node_cap=node_cap, template_pref=template_pref, existing_pref=existing_pref,
                    template_heaviest=template_heaviest, existing_heaviest=existing_heaviest,
-                   unmodelled=antiaffinity.unmodelled(classes, namespaces))
+                   unmodelled=antiaffinity.unmodelled(classes, namespaces, counters))

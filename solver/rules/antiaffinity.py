@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from model.labels import HOSTNAME, ZONE
 from model.pod import Pod
 from solver.classes import PodClass
-from solver.rules.counters import modelled_spread
+from solver.rules.counters import NodeCounter, modelled_spread
 
 
 def _repels(owner: Pod, other: Pod, namespace_labels: Mapping[str, dict[str, str]]) -> bool:
@@ -50,7 +50,10 @@ def self_affine_on_host(pod: Pod, namespace_labels: Mapping[str, dict[str, str]]
                for term in pod.pod_affinity)
 
 
-def unmodelled(classes: Sequence[PodClass], namespace_labels: Mapping[str, dict[str, str]]) -> list[str]:
+def unmodelled(classes: Sequence[PodClass], namespace_labels: Mapping[str, dict[str, str]],
+               counters: Sequence[NodeCounter] = ()) -> list[str]:
+    """Constraints pods carry that no rule models; pairs a capacity-1 counter keeps apart are modelled."""
+    apart = [set(c.uses) for c in counters if c.new_capacity == 1 and c.port is None and c.selector is None]
     notes = []
     for c in classes:
         pod = c.representative
@@ -70,6 +73,7 @@ def unmodelled(classes: Sequence[PodClass], namespace_labels: Mapping[str, dict[
         if pod.resource_claims:
             notes.append(f"{c.name}: DRA resource claims are not modelled")
         for other in classes:
-            if other.index > c.index and repels(pod, other.representative, namespace_labels):
+            if other.index > c.index and repels(pod, other.representative, namespace_labels) and not any(
+                    {c.index, other.index} <= group for group in apart):
                 notes.append(f"{c.name} and {other.name} repel each other on {HOSTNAME}: not modelled")
     return notes

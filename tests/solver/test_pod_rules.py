@@ -214,3 +214,12 @@ def test_host_self_affinity_group_too_big_for_any_node_is_explained() -> None:
                             spec_extra=_host_affinity("shard")) for i in range(3)]
     plan = solve_verified(snapshot_of(objects)).plan
     assert len(plan.unschedulable) == 3 and "all 3 pods of its group on one node" in plan.unschedulable[0].reason
+
+
+def test_deployments_repelling_one_shared_label_never_share_a_node() -> None:
+    """Karpenter's benchmark shape: many resource shapes, all app=nginx, all repelling app=nginx."""
+    objects = [linux_pool("default")] + [
+        pod(f"nginx-{size}-{i}", cpu=size, memory="256Mi", labels={"app": "nginx"}, owner=f"nginx-{size}",
+            spec_extra=_anti("nginx")) for size in ("100m", "500m", "1") for i in range(2)]
+    plan = solve_verified(snapshot_of(objects)).plan
+    assert len(plan.node_claims) == 6 and not any("not modelled" in n for n in plan.solver.notes)
