@@ -69,6 +69,16 @@ class PodClass:
         return len(self.pods) // self.unit
 
     @property
+    def unit_requests(self) -> Resources:
+        """What one unit takes from a node: a pod's requests, or a bundle's summed requests."""
+        if not self.bundle:
+            return self.requests
+        total = Resources()
+        for pod in self.pods:
+            total = total + pod.requests
+        return total
+
+    @property
     def representative(self) -> Pod:
         return self.pods[0]
 
@@ -87,11 +97,26 @@ class PodClass:
 
 
 def build_classes(pods: Iterable[Pod], label_keys: frozenset[str] = frozenset(),
-                  bundled: Callable[[Pod], bool] = lambda pod: False) -> list[PodClass]:
-    """Group pods into classes, ordered as Karpenter's queue would meet their first pod."""
+                  bundle_key: Callable[[Pod], Hashable | None] = lambda pod: None) -> list[PodClass]:
+    """Group pods into classes, ordered as Karpenter's queue would meet their first pod. Pods with a
+    ``bundle_key`` form one bundle class per key (whatever their shapes) when they agree on everything
+    else node selection reads; otherwise they stay ordinary classes."""
     groups: dict[Hashable, list[Pod]] = {}
+    bundles: dict[Hashable, list[Pod]] = {}
     for pod in sorted(pods, key=karpenter_order):
-        groups.setdefault(class_key(pod, label_keys), []).append(pod)
-    ordered = sorted(groups.values(), key=lambda members: karpenter_order(members[0]))
-    return [PodClass(index=i, pods=tuple(members), requests=members[0].requests, bundle=bundled(members[0]))
-            for i, members in enumerate(ordered)]
+        key = bundle_key(pod)
+        if key is not None:
+            bundles.setdefault(key, []).append(pod)
+        else:
+            groups.setdefault(class_key(pod, label_keys), []).append(pod)
+    whole: list[list[Pod]] = []
+    for members in bundles.values():
+        if len({(p.node_requirements(), frozenset(p.tolerations)) for p in members}) == 1:
+            whole.append(members)
+        else:
+            for pod in members:
+                groups.setdefault(class_key(pod, label_keys), []).append(pod)
+    tagged = [(members, False) for members in groups.values()] + [(members, True) for members in whole]
+    tagged.sort(key=lambda item: karpenter_order(item[0][0]))
+    return [PodClass(index=i, pods=tuple(members), requests=members[0].requests, bundle=bundle)
+            for i, (members, bundle) in enumerate(tagged)]

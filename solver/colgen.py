@@ -20,13 +20,17 @@ from solver.patterns import (
     Pattern,
     complete,
     exact_pricing,
-    fill,
     fractional_upper_bound,
     greedy_pricing,
     max_copies,
 )
 
 EPS = 1e-6
+#: reduced-cost floors above minus this (micro-dollars per node) count as converged: knapsack bounds carry
+#: a rounding slack of that order; the reported bound stays the Farley bound, which accounts for it
+FLOOR_TOLERANCE = 1.0
+#: bins priced exactly (CP-SAT) per round at first; doubled whenever those add nothing
+MAX_EXACT = 48
 
 
 
@@ -188,18 +192,29 @@ def farley_bound(bins: list[Bin], lp_value: float, floors: dict[int, float]) -> 
     return base / (1.0 - theta)
 
 
-def seed_patterns(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray) -> list[Pattern]:
-    """Single-class fills on every bin (every class gets a column wherever it fits) plus mixed fills."""
+def seed_patterns(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, per_class: int = 3,
+                  mixed: int = 64) -> list[Pattern]:
+    """Starting columns, linear in classes plus bins: each class alone on the ``per_class`` bins that
+    hold it most cheaply per pod (every class gets a column wherever it can go first), and a mixed
+    fill of the ``mixed`` cheapest bins per unit of capacity."""
     out = []
-    for b in bins:
-        for k in range(len(demand)):
-            if b.compatible[k] and demand[k] > 0:
-                limit = np.zeros(len(demand), dtype=np.int64)
-                limit[k] = demand[k]
-                counts = fill(b, sizes, np.ones(len(demand)), limit, [k])
-                if counts.any():
-                    out.append(Pattern(b.index, tuple(int(c) for c in counts)))
-        counts = greedy_pricing(b, sizes, np.ones(len(demand)), demand)
+    ones = np.ones(len(demand))
+    for k in range(len(demand)):
+        if demand[k] <= 0:
+            continue
+        options = []
+        for b in bins:
+            if b.compatible[k]:
+                n = min(int(demand[k]), int(b.per_node[k]), max_copies(b.capacity, sizes[k]))
+                if n > 0:
+                    options.append((b.cost / n, b.index, b, n))
+        for _, _, b, n in sorted(options, key=lambda o: (o[0], o[1]))[:per_class]:
+            counts = np.zeros(len(demand), dtype=np.int64)
+            counts[k] = n
+            out.append(Pattern(b.index, tuple(int(c) for c in counts)))
+    capacity_price = sorted(bins, key=lambda b: (b.cost / max(float(b.capacity[0]), 1.0), b.index))
+    for b in capacity_price[:mixed]:
+        counts = greedy_pricing(b, sizes, ones, demand)
         if counts.any():
             out.append(Pattern(b.index, tuple(int(c) for c in counts)))
     return out
@@ -207,34 +222,43 @@ def seed_patterns(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray) -> lis
 
 def _exact_round(master: MasterLP, bins: list[Bin], sizes: np.ndarray, demand: np.ndarray,
                  objective: Objective, pi: np.ndarray, mu: dict[int, float], lam: dict[tuple[int, str], float],
-                 deadline: float, exact_time: float, pool: ThreadPoolExecutor
-                 ) -> tuple[int, dict[int, float] | None]:
-    """Exact pricing over every bin (CP-SAT knapsacks run on the worker threads), adding each improving
-    column. Returns the columns added and, when every bin was priced, each bin's reduced-cost floor."""
+                 deadline: float, exact_time: float, pool: ThreadPoolExecutor, max_exact: int = 48
+                 ) -> tuple[int, dict[int, float] | None, bool]:
+    """Price every bin: a fractional bound settles most; CP-SAT knapsacks (on the worker threads) price
+    the ``max_exact`` most promising of the rest, whose other members keep their fractional floor.
+    Returns the columns added, each bin's reduced-cost floor (None if time ran out mid-round), and
+    whether promising bins were left unpriced."""
     floors: dict[int, float] = {}
-    jobs = []
+    candidates = []
     for b in bins:
         values = pi - objective.penalties(b)
         fixed = master.fixed_price(b, mu, lam)
         cheap = fractional_upper_bound(b, sizes, values, demand)
-        if fixed - cheap >= -EPS:
-            floors[b.index] = fixed - cheap
-            continue
+        floors[b.index] = fixed - cheap
+        if fixed - cheap < -EPS:
+            candidates.append((fixed - cheap, b.index, b, values, fixed, cheap))
+    candidates.sort(key=lambda item: (item[0], item[1]))
+    jobs = []
+    for _, _, b, values, fixed, cheap in candidates[:max_exact]:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            return 0, None
-        future = pool.submit(exact_pricing, b, sizes, values, demand, min(exact_time, remaining))
-        jobs.append((b, values, fixed, cheap, future))
+            break
+        jobs.append((b, values, fixed, cheap,
+                     pool.submit(exact_pricing, b, sizes, values, demand, min(exact_time, remaining))))
     added = 0
-    complete_round = True
+    complete_round = len(jobs) == min(len(candidates), max_exact)
     for b, values, fixed, cheap, future in jobs:
+        if time.monotonic() > deadline + exact_time:
+            future.cancel()
+            complete_round = False
+            continue
         counts, upper = future.result()
         floors[b.index] = fixed - min(upper, cheap)
         if not np.isfinite(floors[b.index]):
             complete_round = False
         if counts.any() and fixed - float(values @ counts) < -EPS:
             added += master.add(Pattern(b.index, tuple(int(c) for c in complete(b, sizes, demand, counts))))
-    return added, floors if complete_round else None
+    return added, floors if complete_round else None, len(candidates) > max_exact
 
 
 def column_generation(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, objective: Objective,
@@ -250,6 +274,7 @@ def column_generation(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, ob
     final_floors: dict[int, float] = {}
     floor_value = 0.0
     last_rc: dict[int, float] = {}
+    max_exact = MAX_EXACT
     pool = ThreadPoolExecutor(max_workers=max(workers, 1), thread_name_prefix="pricing")
     iterations = 0
     value = master.solve()
@@ -264,18 +289,22 @@ def column_generation(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, ob
             if counts.any() and last_rc[b.index] < -EPS:
                 added += master.add(Pattern(b.index, tuple(int(c) for c in counts)))
         if not added:
-            added, floors = _exact_round(master, bins, sizes, demand, objective, pi, mu, lam, deadline,
-                                         exact_time, pool)
+            added, floors, left = _exact_round(master, bins, sizes, demand, objective, pi, mu, lam, deadline,
+                                               exact_time, pool, max_exact)
             if floors is not None:
                 lower = max(lower, farley_bound(bins, value, floors))
                 final_floors, floor_value = floors, value
+                if not added and left:
+                    max_exact *= 2  # nothing among the most promising: look at more bins exactly
+                    continue
                 if not added:
-                    converged = True
+                    # converged only when no bin can still improve the LP; a bin whose knapsack ran out of
+                    # time, or that was left to its fractional bound, may — then the LP value is no proven
+                    # bound and the Farley bound stands in for it
+                    converged = all(f >= -FLOOR_TOLERANCE for f in floors.values())
                     break
         value = master.solve()
     pool.shutdown(wait=True)
-    if converged:
-        lower = max(lower, value)
     return ColumnGenerationResult(patterns=list(master.columns), lp_value=value, lower_bound=float(lower),
                                   converged=converged, iterations=iterations, lp_solution=master.solution(),
                                   reduced_cost_floor=final_floors, floor_lp_value=floor_value, master=master)

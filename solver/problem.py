@@ -141,13 +141,15 @@ def compile_problem(snapshot: Snapshot, pods: list[Pod] | None = None) -> Proble
             bound.setdefault(pod.node_name, []).append(pod)
     running = [p for pods_on_node in bound.values() for p in pods_on_node]
 
-    def bundled(pod: Pod) -> bool:
-        """Self-affine on hostname with no matching pod running yet: the whole group shares one new node."""
-        if not antiaffinity.self_affine_on_host(pod, namespaces):
-            return False
-        return not any(antiaffinity.affinity_matches(pod, other, namespaces) for other in running)
+    def bundle_key(pod: Pod) -> object | None:
+        """Self-affine on hostname with no matching pod running yet: the whole group (every pending pod
+        its term selects, whatever their shapes) shares one new node."""
+        term = antiaffinity.host_self_affinity_term(pod, namespaces)
+        if term is None or any(antiaffinity.affinity_matches(pod, other, namespaces) for other in running):
+            return None
+        return (pod.namespace, term)
 
-    classes = build_classes(pending, label_keys, bundled)
+    classes = build_classes(pending, label_keys, bundle_key)
     axes = resource_axes(classes)
     rule = SelectionRule()
     template_ok = np.zeros((len(classes), len(templates)), dtype=bool)
@@ -182,7 +184,7 @@ def compile_problem(snapshot: Snapshot, pods: list[Pod] | None = None) -> Proble
     counters = build_counters(classes, namespaces)
     base = len(axes)
     axes = axes + tuple(counter.name for counter in counters)
-    sizes = np.array([[v * c.unit for v in vector(c.requests, axes[:base])]
+    sizes = np.array([vector(c.unit_requests, axes[:base])
                       + [counter.uses.get(c.index, 0) * c.unit for counter in counters]
                       for c in classes], dtype=np.int64).reshape(len(classes), len(axes))
     daemons_on = [[ds.pod for ds in snapshot.daemonsets if ds.runs_on(t.labels, t.pool.taints)] for t in templates]

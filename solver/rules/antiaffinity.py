@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from model.affinity import PodAffinityTerm
 from model.labels import HOSTNAME, ZONE
 from model.pod import Pod
 from solver.classes import PodClass
@@ -43,11 +44,15 @@ def affinity_matches(pod: Pod, other: Pod, namespace_labels: Mapping[str, dict[s
                for term in pod.pod_affinity)
 
 
+def host_self_affinity_term(pod: Pod, namespace_labels: Mapping[str, dict[str, str]]) -> PodAffinityTerm | None:
+    """The required pod affinity term to its own pods on kubernetes.io/hostname, if any."""
+    return next((term for term in pod.pod_affinity if term.topology_key == HOSTNAME and term.selects(
+        pod.namespace, pod.labels, pod.namespace, pod.labels, namespace_labels.get(pod.namespace))), None)
+
+
 def self_affine_on_host(pod: Pod, namespace_labels: Mapping[str, dict[str, str]]) -> bool:
     """Required pod affinity to its own pods on kubernetes.io/hostname: the group shares one node."""
-    return any(term.topology_key == HOSTNAME and term.selects(pod.namespace, pod.labels, pod.namespace, pod.labels,
-                                                              namespace_labels.get(pod.namespace))
-               for term in pod.pod_affinity)
+    return host_self_affinity_term(pod, namespace_labels) is not None
 
 
 def unmodelled(classes: Sequence[PodClass], namespace_labels: Mapping[str, dict[str, str]],

@@ -223,3 +223,11 @@ def test_deployments_repelling_one_shared_label_never_share_a_node() -> None:
             spec_extra=_anti("nginx")) for size in ("100m", "500m", "1") for i in range(2)]
     plan = solve_verified(snapshot_of(objects)).plan
     assert len(plan.node_claims) == 6 and not any("not modelled" in n for n in plan.solver.notes)
+
+
+def test_host_self_affinity_group_of_mixed_shapes_shares_one_node() -> None:
+    objects = [linux_pool("default")] + [
+        pod(f"shard-{i}", cpu=["100m", "500m", "1"][i % 3], memory=["256Mi", "1Gi"][i % 2],
+            labels={"app": "shard"}, spec_extra=_host_affinity("shard")) for i in range(7)]
+    result = solve_verified(snapshot_of(objects))
+    assert len(result.plan.node_claims) == 1 and len(result.problem.classes) == 1
