@@ -83,4 +83,4 @@ def diverse_pods(count: int, seed: int = 42) -> list[dict[str, Any]]:
 
 
 def diverse_objects(count: int, seed: int = 42) -> list[dict[str, Any]]:
-    return [nodepool("default", limits={"cpu": "10000000", "memory": "10000000Gi"})] + diverse_pods(count, seed)
+    return [nodepool("default", limits={"cpu": "10000000", "memory": "10000000Gi"}), *diverse_pods(count, seed)]

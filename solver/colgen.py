@@ -150,11 +150,13 @@ class MasterLP:
     def set_limit(self, key: tuple[int, str], value: int) -> None:
         self.limit_rows[key].SetUb(float(max(value, 0)))
 
-    def price_greedily(self, bins: list[Bin], sizes: np.ndarray) -> int:
+    def price_greedily(self, bins: list[Bin], sizes: np.ndarray, deadline: float = float("inf")) -> int:
         """One round of heuristic pricing at the current duals; returns the columns added."""
         pi, mu, lam = self.duals()
         added = 0
-        for b in bins:
+        for i, b in enumerate(bins):
+            if i % 64 == 63 and time.monotonic() > deadline:
+                break
             values = pi - self.objective.penalties(b)
             counts = greedy_pricing(b, sizes, values, self.demand)
             if counts.any() and self.fixed_price(b, mu, lam) - float(values @ counts) < -EPS:
@@ -282,7 +284,9 @@ def column_generation(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, ob
         iterations += 1
         pi, mu, lam = master.duals()
         added = 0
-        for b in bins:
+        for i, b in enumerate(bins):
+            if i % 64 == 63 and time.monotonic() > deadline:
+                break
             values = pi - objective.penalties(b)
             counts = greedy_pricing(b, sizes, values, demand)
             last_rc[b.index] = master.fixed_price(b, mu, lam) - float(values @ counts)

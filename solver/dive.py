@@ -33,7 +33,7 @@ def dive(master: MasterLP, bins: list[Bin], sizes: np.ndarray, demand: np.ndarra
         master.set_demand(residual)
         master.solve()
         for _ in range(pricing_rounds):
-            if not master.price_greedily(bins, sizes):
+            if time.monotonic() >= deadline or not master.price_greedily(bins, sizes, deadline):
                 break
             master.solve()
         solution = master.solution()

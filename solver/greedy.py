@@ -31,11 +31,8 @@ class _Claim:
     requests: np.ndarray
     pods: list[Pod] = field(default_factory=list)
     order: int = 0
-    #: per-resource maximum over the candidates: a cheap first test before narrowing
-    ceiling: list[int] = field(default_factory=list)
-    used: list[int] = field(default_factory=list)
-    #: pods per class on this claim, for per-node caps (hostname anti-affinity, host ports)
-    per_class: dict[int, int] = field(default_factory=dict)
+    #: classes none of its remaining candidates admits (candidates only ever narrow, so this only grows)
+    refuses: set[int] = field(default_factory=set)
 
 
 class GreedyScheduler:
@@ -54,6 +51,11 @@ class GreedyScheduler:
             for idx, names in zip(self.by_pool, self.limit_names, strict=True)]
         self.free = problem.existing_free.copy()
         self.on_existing = np.zeros((len(problem.existing), len(problem.classes)), dtype=np.int64)
+        self._launch_order: np.ndarray | None = None
+        # per in-flight claim (row): requests so far, largest candidate allocatable, units per class
+        self.used = np.zeros((0, len(problem.axes)), dtype=np.int64)
+        self.ceiling = np.zeros((0, len(problem.axes)), dtype=np.int64)
+        self.per_class = np.zeros((0, len(problem.classes)), dtype=np.int64)
 
     def _try_existing(self, c: int, size: np.ndarray, prefer: bool) -> int | None:
         ok = self.p.existing_ok[c] & np.all(self.free >= size, axis=1) & (self.on_existing[:, c] < self.p.node_cap[c])
@@ -119,36 +121,51 @@ class GreedyScheduler:
             self.on_existing[e, c] += 1
             placement.existing.setdefault(e, []).extend(pods)
             return True
-        size_list = size.tolist()
-        for claim in sorted(claims, key=lambda cl: (len(cl.pods), cl.order)):
-            if any(r + z > m for r, z, m in zip(claim.used, size_list, claim.ceiling, strict=True)):
-                continue
-            if claim.per_class.get(c, 0) >= self.p.node_cap[c]:
-                continue
-            total = claim.requests + size
-            narrowed = self._narrow(claim, c, total, prefer)
-            if len(narrowed):
-                claim.candidates, claim.requests = narrowed, total
-                claim.ceiling = self.p.template_alloc[narrowed].max(axis=0).tolist()
-                claim.used = total.tolist()
-                claim.per_class[c] = claim.per_class.get(c, 0) + 1
-                claim.pods.extend(pods)
-                return True
-        new_claim = self._new_claim(c, size, len(claims), prefer)
+        n = len(claims)
+        if n:
+            # every in-flight claim at once: cheap tests in numpy, then the fewest-pods-first order
+            fits = np.all(self.used[:n] + size <= self.ceiling[:n], axis=1)
+            fits &= self.per_class[:n, c] < self.p.node_cap[c]
+            for i in sorted(np.flatnonzero(fits).tolist(), key=lambda i: (len(claims[i].pods), i)):
+                claim = claims[i]
+                if c in claim.refuses:
+                    continue
+                total = claim.requests + size
+                narrowed = self._narrow(claim, c, total, prefer)
+                if len(narrowed):
+                    claim.candidates, claim.requests = narrowed, total
+                    self._record(i, claim, c, pods)
+                    return True
+                if not prefer and not self.p.template_ok[c, claim.candidates].any():
+                    claim.refuses.add(c)
+        new_claim = self._new_claim(c, size, n, prefer)
         if new_claim is None:
             return False
-        new_claim.pods.extend(pods)
-        new_claim.ceiling = self.p.template_alloc[new_claim.candidates].max(axis=0).tolist()
-        new_claim.used = size_list
-        new_claim.per_class[c] = 1
         claims.append(new_claim)
+        self._record(n, new_claim, c, pods)
         return True
 
+    def _record(self, i: int, claim: _Claim, c: int, pods: list[Pod]) -> None:
+        if i >= len(self.used):
+            grow = max(64, len(self.used))
+            self.used = np.vstack([self.used, np.zeros((grow, self.used.shape[1]), np.int64)])
+            self.ceiling = np.vstack([self.ceiling, np.zeros((grow, self.ceiling.shape[1]), np.int64)])
+            self.per_class = np.vstack([self.per_class, np.zeros((grow, self.per_class.shape[1]), np.int64)])
+        claim.pods.extend(pods)
+        self.used[i] = claim.requests
+        self.ceiling[i] = self.p.template_alloc[claim.candidates].max(axis=0)
+        self.per_class[i, c] += 1
+
     def _cheapest(self, candidates: np.ndarray) -> int:
-        templates = self.p.templates
-        return int(min(candidates, key=lambda t: (templates[t].price_micros, templates[t].instance_type.name,
-                                                  templates[t].instance_type.offerings.index(
-                                                      templates[t].offering))))
+        """Karpenter's launch choice: cheapest offering; ties by instance-type name, then catalog order."""
+        if self._launch_order is None:
+            templates = self.p.templates
+            keys = sorted(range(len(templates)), key=lambda t: (
+                templates[t].price_micros, templates[t].instance_type.name,
+                templates[t].instance_type.offerings.index(templates[t].offering)))
+            self._launch_order = np.empty(len(templates), dtype=np.int64)
+            self._launch_order[keys] = np.arange(len(templates))
+        return int(candidates[np.argmin(self._launch_order[candidates])])
 
 
 def greedy_placement(problem: Problem) -> Placement:

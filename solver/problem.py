@@ -160,8 +160,8 @@ def compile_problem(snapshot: Snapshot, pods: list[Pod] | None = None) -> Proble
             node_cap[c.index] = 1
         # self-affine on hostname with matching pods running: only the nodes that run them will do
         joins_running = antiaffinity.self_affine_on_host(c.representative, namespaces) and not c.bundle
-        for t, tmpl in enumerate(templates):
-            template_ok[c.index, t] = rule.admits(c, tmpl.labels, tmpl.pool.taints) and not joins_running
+        if not joins_running:
+            template_ok[c.index] = rule.admits_all(c, templates)
         for e, cap in enumerate(existing):
             on_node = bound.get(cap.name, [])
             existing_ok[c.index, e] = (rule.admits(c, cap.node.labels, cap.node.taints)

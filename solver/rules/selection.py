@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
 from model.requirements import Requirements
 from model.taints import Taint, untolerated
 from solver.classes import PodClass
+from solver.templates import NodeTemplate
 
 
 class SelectionRule:
@@ -38,6 +41,28 @@ class SelectionRule:
 
     def admits(self, pod_class: PodClass, labels: Mapping[str, str], taints: Sequence[Taint]) -> bool:
         return not untolerated(pod_class.tolerations, taints) and self.accepts_labels(pod_class, labels)
+
+    def admits_all(self, pod_class: PodClass, templates: Sequence[NodeTemplate]) -> np.ndarray:
+        """``admits`` for every template at once: taints once per NodePool, labels once per distinct
+        projection onto the keys the class looks at (thousands of templates share a few)."""
+        keys = self._class_keys(pod_class)
+        by_pool: dict[str, bool] = {}
+        by_projection: dict[tuple[str | None, ...], bool] = {}
+        out = np.zeros(len(templates), dtype=bool)
+        for t, tmpl in enumerate(templates):
+            pool_ok = by_pool.get(tmpl.pool.name)
+            if pool_ok is None:
+                pool_ok = not untolerated(pod_class.tolerations, tmpl.pool.taints)
+                by_pool[tmpl.pool.name] = pool_ok
+            if not pool_ok:
+                continue
+            projection = tuple(tmpl.labels.get(k) for k in keys)
+            hit = by_projection.get(projection)
+            if hit is None:
+                hit = self.accepts_labels(pod_class, tmpl.labels)
+                by_projection[projection] = hit
+            out[t] = hit
+        return out
 
 
 def explain_requirements(alternatives: Sequence[Requirements], offered: Mapping[str, set[str]]) -> str:
