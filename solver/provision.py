@@ -63,7 +63,8 @@ class SolveOptions:
     #: ``time.monotonic()`` the time limit counts from (default: when ``solve`` starts); the CLI sets it
     #: before loading, so ``--time-limit`` bounds the whole command
     started_at: float | None = None
-    on_progress: Callable[[float, float], None] | None = field(default=None, compare=False)
+    #: called after each stage with (stage, best plan's cost $/h, lower bound $/h) — for live progress
+    on_progress: Callable[[str, float, float], None] | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -208,11 +209,13 @@ def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResul
     greedy_score = _score(problem, objective, greedy)
     placement, status = greedy, "GREEDY"
     hint = greedy_patterns
+    _report(options, "column generation", problem, greedy, bound)
     with stats.stage("dive"):
         rounded = _dive(problem, bins, cg, demand, limits, options, deadline, stats)
     if rounded is not None and _score(problem, objective, rounded) < greedy_score:
         placement, status = rounded, "FEASIBLE"
         hint = _patterns_of(problem, bins, rounded)
+    _report(options, "dive", problem, placement, bound)
     provable = not objective.has_penalties and bool(cg.reduced_cost_floor)
     if provable and _all_placeable_scheduled(problem, demand, placement):
         cost = placement.cost_micros(problem)
@@ -223,12 +226,13 @@ def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResul
                 outcome = _try_proof(problem, bins, demand, limits, cg, objective, options, deadline, placement,
                                  status, stats)
             placement, status = outcome if isinstance(outcome, tuple) else (placement, outcome)
+    _report(options, "proof" if "proof" in stats.stages else "dive", problem, placement, bound)
     if status != "OPTIMAL" and deadline - time.monotonic() > 0.2:
         with stats.stage("master"):
             master = solve_master(bins, cg.patterns, demand, objective, limits, hint,
                                   time_limit=(deadline - time.monotonic()) * 0.9, seed=options.seed,
                                   workers=options.workers, deterministic=options.deterministic,
-                                  lower_bound=bound, gap=options.gap, on_solution=options.on_progress)
+                                  lower_bound=bound, gap=options.gap)
         if master is None:
             stats.notes.append("the pattern master found no plan in time")
         else:
@@ -270,6 +274,11 @@ def _dive(problem: Problem, bins: list[Bin], cg: ColumnGenerationResult, demand:
     outcome = "done" if chosen else "no plan (time or limits)"
     stats.notes.append(f"LP dive: {outcome} in {time.monotonic() - started:.2f} s")
     return decode(problem, bins, chosen) if chosen else None
+
+
+def _report(options: SolveOptions, stage: str, problem: Problem, placement: Placement, bound: float) -> None:
+    if options.on_progress is not None:
+        options.on_progress(stage, placement.cost_micros(problem) / MICRO, max(bound, 0.0) / MICRO)
 
 
 def _all_placeable_scheduled(problem: Problem, demand: np.ndarray, placement: Placement) -> bool:

@@ -141,3 +141,12 @@ def test_same_input_same_plan() -> None:
         plan["solver"].pop("greedySeconds")
         plan["solver"]["notes"] = [n for n in plan["solver"]["notes"] if " s" not in n]
     assert first == second
+
+
+def test_progress_reports_cost_and_bound_in_dollars(example_snapshot: Snapshot) -> None:
+    seen: list[tuple[str, float, float]] = []
+    result = solve(example_snapshot, SolveOptions(time_limit=5.0, on_progress=lambda *r: seen.append(r)))
+    assert [stage for stage, _, _ in seen][:2] == ["column generation", "dive"]
+    assert all(bound <= cost + 1e-9 for _, cost, bound in seen)
+    assert seen[-1][1] >= result.plan.cost.total - 1e-5  # progress never claims a plan better than the result
+    assert seen[0][1] == result.plan.cost.greedy or abs(seen[0][1] - (result.plan.cost.greedy or 0)) < 1e-5
