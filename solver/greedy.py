@@ -52,6 +52,12 @@ class GreedyScheduler:
         self.free = problem.existing_free.copy()
         self.on_existing = np.zeros((len(problem.existing), len(problem.classes)), dtype=np.int64)
         self._launch_order: np.ndarray | None = None
+        # zones as small integers: a claim whose candidates all sit in one zone skips pods pinned elsewhere
+        zones = sorted({t.offering.zone for t in problem.templates})
+        self.template_zone = np.array([zones.index(t.offering.zone) for t in problem.templates], dtype=np.int64)
+        self.class_zone = np.array([zones.index(c.representative.zone_pin) if c.representative.zone_pin in zones
+                                    else -1 for c in problem.classes], dtype=np.int64)
+        self.claim_zone = np.zeros(0, dtype=np.int64)
         # per in-flight claim (row): requests so far, largest candidate allocatable, units per class
         self.used = np.zeros((0, len(problem.axes)), dtype=np.int64)
         self.ceiling = np.zeros((0, len(problem.axes)), dtype=np.int64)
@@ -126,6 +132,8 @@ class GreedyScheduler:
             # every in-flight claim at once: cheap tests in numpy, then the fewest-pods-first order
             fits = np.all(self.used[:n] + size <= self.ceiling[:n], axis=1)
             fits &= self.per_class[:n, c] < self.p.node_cap[c]
+            if self.class_zone[c] >= 0:
+                fits &= (self.claim_zone[:n] < 0) | (self.claim_zone[:n] == self.class_zone[c])
             for i in sorted(np.flatnonzero(fits).tolist(), key=lambda i: (len(claims[i].pods), i)):
                 claim = claims[i]
                 if c in claim.refuses:
@@ -151,10 +159,13 @@ class GreedyScheduler:
             self.used = np.vstack([self.used, np.zeros((grow, self.used.shape[1]), np.int64)])
             self.ceiling = np.vstack([self.ceiling, np.zeros((grow, self.ceiling.shape[1]), np.int64)])
             self.per_class = np.vstack([self.per_class, np.zeros((grow, self.per_class.shape[1]), np.int64)])
+            self.claim_zone = np.concatenate([self.claim_zone, np.full(grow, -1, np.int64)])
         claim.pods.extend(pods)
         self.used[i] = claim.requests
         self.ceiling[i] = self.p.template_alloc[claim.candidates].max(axis=0)
         self.per_class[i, c] += 1
+        zones = np.unique(self.template_zone[claim.candidates])
+        self.claim_zone[i] = int(zones[0]) if len(zones) == 1 else -1
 
     def _cheapest(self, candidates: np.ndarray) -> int:
         """Karpenter's launch choice: cheapest offering; ties by instance-type name, then catalog order."""
