@@ -77,8 +77,12 @@ def unmodelled(classes: Sequence[PodClass], namespace_labels: Mapping[str, dict[
             notes.append(f"{c.name}: preferred pod (anti-)affinity is not modelled")
         if pod.resource_claims:
             notes.append(f"{c.name}: DRA resource claims are not modelled")
+    repelling = [c for c in classes if c.representative.pod_anti_affinity]
+    for c in repelling:  # a pair repels only if one of them has a term: O(repelling × classes)
         for other in classes:
-            if other.index > c.index and repels(pod, other.representative, namespace_labels) and not any(
+            if other.index == c.index or (other.representative.pod_anti_affinity and other.index < c.index):
+                continue
+            if repels(c.representative, other.representative, namespace_labels) and not any(
                     {c.index, other.index} <= group for group in apart):
                 notes.append(f"{c.name} and {other.name} repel each other on {HOSTNAME}: not modelled")
     return notes

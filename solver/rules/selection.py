@@ -22,6 +22,10 @@ class SelectionRule:
     def __init__(self) -> None:
         self._label_cache: dict[tuple[int, tuple[tuple[str, str | None], ...]], bool] = {}
         self._keys: dict[int, tuple[str, ...]] = {}
+        self._projections: dict[tuple[str, ...], tuple[list[int], np.ndarray]] = {}
+        self._projected_templates: Sequence[NodeTemplate] | None = None
+        self._pool_index: np.ndarray | None = None
+        self._pool_taints: list[list[Taint]] = []
 
     def _class_keys(self, pod_class: PodClass) -> tuple[str, ...]:
         keys = self._keys.get(pod_class.index)
@@ -46,23 +50,33 @@ class SelectionRule:
         """``admits`` for every template at once: taints once per NodePool, labels once per distinct
         projection onto the keys the class looks at (thousands of templates share a few)."""
         keys = self._class_keys(pod_class)
-        by_pool: dict[str, bool] = {}
-        by_projection: dict[tuple[str | None, ...], bool] = {}
-        out = np.zeros(len(templates), dtype=bool)
-        for t, tmpl in enumerate(templates):
-            pool_ok = by_pool.get(tmpl.pool.name)
-            if pool_ok is None:
-                pool_ok = not untolerated(pod_class.tolerations, tmpl.pool.taints)
-                by_pool[tmpl.pool.name] = pool_ok
-            if not pool_ok:
-                continue
-            projection = tuple(tmpl.labels.get(k) for k in keys)
-            hit = by_projection.get(projection)
-            if hit is None:
-                hit = self.accepts_labels(pod_class, tmpl.labels)
-                by_projection[projection] = hit
-            out[t] = hit
-        return out
+        groups = self._projections.get(keys)
+        if groups is None or self._projected_templates is not templates:
+            projections: dict[tuple[str | None, ...], int] = {}
+            first: list[int] = []
+            inverse = np.empty(len(templates), dtype=np.int64)
+            for t, tmpl in enumerate(templates):
+                projection = tuple(tmpl.labels.get(k) for k in keys)
+                if projection not in projections:
+                    projections[projection] = len(first)
+                    first.append(t)
+                inverse[t] = projections[projection]
+            groups = (first, inverse)
+            if self._projected_templates is not templates:
+                self._projections = {}
+                self._projected_templates = templates
+                self._pool_index = None
+            self._projections[keys] = groups
+        first, inverse = groups
+        labels_ok = np.array([self.accepts_labels(pod_class, templates[t].labels) for t in first], dtype=bool)
+        if self._pool_index is None:
+            names = sorted({tmpl.pool.name for tmpl in templates})
+            self._pool_taints = [next(t.pool.taints for t in templates if t.pool.name == n) for n in names]
+            self._pool_index = np.array([names.index(t.pool.name) for t in templates], dtype=np.int64)
+        tolerated = np.array([not untolerated(pod_class.tolerations, taints) for taints in self._pool_taints],
+                             dtype=bool)
+        admitted: np.ndarray = labels_ok[inverse] & tolerated[self._pool_index]
+        return admitted
 
 
 def explain_requirements(alternatives: Sequence[Requirements], offered: Mapping[str, set[str]]) -> str:
