@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SNAPSHOT ?= fixtures/snapshots/example.yaml
 
-.PHONY: setup run test bench lint clean
+.PHONY: setup run test bench lint clean control-plane cluster-up cluster-down crds
 
 $(STAMP): requirements.lock pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 2; }
@@ -21,9 +21,23 @@ setup: $(STAMP)
 run: $(STAMP)
 	$(BIN)/nodeplan solve $(SNAPSHOT) --compare greedy
 
-## The whole test suite (what CI runs).
-test: $(STAMP)
+## The whole test suite (what CI runs), e2e tests on the real control plane included.
+test: $(STAMP) control-plane
 	$(BIN)/python -m pytest -q
+
+## Build the pinned control-plane binaries (etcd, kube-*, kwok) if missing: ~6-8 min cold, 0.1 s warm.
+control-plane:
+	@hack/control-plane/build.sh >/dev/null
+
+## Start / stop a local control plane (NODEPLAN_CLUSTER_DIR, default /tmp/nodeplan-cluster).
+cluster-up: control-plane
+	hack/control-plane/cluster.sh up
+cluster-down:
+	hack/control-plane/cluster.sh down
+
+## Regenerate deploy/crds from the pydantic models.
+crds: $(STAMP)
+	$(BIN)/python -m controller.crds
 
 ## Benchmarks: prints a table (see README); BENCH_ARGS="--sizes 100,1000" to narrow.
 bench: $(STAMP)

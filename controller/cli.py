@@ -18,14 +18,20 @@ import yaml
 from pydantic import ValidationError
 from rich.console import Console
 
+from controller.capture import snapshot_cmd
+from controller.diff_cli import diff_cmd, solve_progress
 from controller.render import render_plan
+from controller.report import render_html
+from controller.run_cli import crds_cmd, run_cmd
 from model.errors import InputError
 from model.instancetype import InstanceType
+from model.manifests import load_input
 from model.plan import ProvisioningPlan
-from model.snapshot import Snapshot, load_snapshot, read_documents
+from model.snapshot import Snapshot, read_documents
 from providers.catalog_file import load_catalog
 from providers.kwok import kwok_catalog
 from solver.provision import SolveOptions, solve
+from solver.rules.preferences import PreferencePolicy
 from solver.verify import verify
 
 app = typer.Typer(help="Kubernetes node provisioning decided by an exact CP-SAT model.",
@@ -52,9 +58,9 @@ def _catalog(path: Path | None) -> tuple[InstanceType, ...]:
     return load_catalog(path) if path else kwok_catalog()
 
 
-def _load(snapshot: Path, catalog: Path | None) -> Snapshot:
-    loaded = load_snapshot(snapshot).with_catalog(_catalog(catalog))
-    for warning in loaded.warnings:
+def _load(snapshot: Path, catalog: Path | None, *, quiet: bool = False) -> Snapshot:
+    loaded = load_input(snapshot)[0].with_catalog(_catalog(catalog))  # a snapshot file or manifests
+    for warning in () if quiet else loaded.warnings:
         typer.echo(f"warning: {warning}", err=True)
     return loaded
 
@@ -67,7 +73,8 @@ def _write(data: dict[str, Any], fmt: OutputFormat, output: Path | None) -> None
         sys.stdout.write(text)
 
 
-SnapshotArg = Annotated[Path, typer.Argument(help="Cluster snapshot: kubectl get -o yaml|json output.")]
+SnapshotArg = Annotated[Path, typer.Argument(help="Cluster snapshot (kubectl get -o yaml|json output), or manifests: "
+                                            "a directory or helm template output.")]
 CatalogOpt = Annotated[Path | None, typer.Option("--catalog", help="Instance catalog file (default: built-in KWOK).")]
 
 
@@ -83,6 +90,15 @@ def solve_cmd(
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the plan here.")] = None,
     fmt: Annotated[OutputFormat, typer.Option("--format", help="table, json or yaml.")] = OutputFormat.table,
     compare: Annotated[Compare | None, typer.Option("--compare", help="Also show greedy's cost.")] = None,
+    preference_policy: Annotated[PreferencePolicy, typer.Option(
+        "--preference-policy", help="Respect: preferred node affinity outranks cost (Karpenter's default); "
+        "Ignore: cost only; Price: each unit of preference weight is worth --preference-price $/h per pod."
+    )] = PreferencePolicy.RESPECT,
+    preference_price: Annotated[float, typer.Option("--preference-price", min=0.0,
+                                                    help="$/h per unit of preference weight (Price).")] = 0.0,
+    report: Annotated[Path | None, typer.Option("--report", help="Also write a self-contained HTML report "
+                                                "(node bars, cost breakdown, bound, unschedulable pods).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No warnings or progress on stderr.")] = False,
 ) -> None:
     """Plan new nodes for a snapshot's pending pods and print the plan.
 
@@ -90,12 +106,17 @@ def solve_cmd(
     """
     started = time.monotonic()
     try:
-        snap = _load(snapshot, catalog)
+        snap = _load(snapshot, catalog, quiet=quiet)
     except InputError as err:
         raise _fail_input(err) from None
-    result = solve(snap, SolveOptions(time_limit=time_limit, seed=seed, workers=workers, gap=gap,
-                                      started_at=started))
+    with solve_progress(f"solving {snapshot} (≤ {time_limit:g} s)",
+                        enabled=not quiet and sys.stderr.isatty()) as progress:
+        result = solve(snap, SolveOptions(time_limit=time_limit, seed=seed, workers=workers, gap=gap,
+                                          started_at=started, preference_policy=preference_policy,
+                                          preference_price=preference_price, on_progress=progress))
     data = result.plan.to_json_dict()
+    if report:
+        report.write_text(render_html(result.plan, snap, title=f"nodeplan plan: {snapshot.name}"), encoding="utf-8")
     if output and fmt is OutputFormat.table:
         _write(data, OutputFormat.json, output)
     if fmt is OutputFormat.table:
@@ -136,6 +157,11 @@ def verify_cmd(
         raise typer.Exit(1)
     stderr.print("plan is valid")
 
+
+app.command("diff")(diff_cmd)
+app.command("snapshot")(snapshot_cmd)
+app.command("run")(run_cmd)
+app.command("crds")(crds_cmd)
 
 # typer names commands after functions; keep the user-facing name "solve"
 app.registered_commands[0].name = "solve"

@@ -105,6 +105,7 @@ class NodePool(ApiModel):
     kind: Literal["NodePool"] = "NodePool"
     metadata: ObjectMeta
     spec: NodePoolSpec = NodePoolSpec()
+    status: NodePoolStatus = Field(default_factory=lambda: NodePoolStatus())
 
     @property
     def name(self) -> str:
@@ -165,6 +166,17 @@ class Condition(ApiModel):
     reason: str = ""
     message: str = ""
     last_transition_time: str | None = None
+
+
+class NodePoolStatus(ApiModel):
+    """What the pool holds (summed node capacity, node count) and its conditions."""
+
+    resources: Annotated[Resources, BeforeValidator(_limits)] = Resources()
+    nodes: int | None = None
+    conditions: list[Condition] = []
+
+
+NodePool.model_rebuild()
 
 
 class NodeClaimStatus(ApiModel):

@@ -1,0 +1,231 @@
+"""NodeClaim lifecycle: Launched (the provider created the instance), Registered (its Node joined: labels
+synced, ``karpenter.sh/unregistered`` taint removed), Initialized (Node Ready, startup taints gone).
+
+Each step reads the cache, does one idempotent write, and records the condition in the NodeClaim's status
+subresource; the next cache event moves the claim on. A crash between steps repeats at most one write.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any, Protocol, cast
+
+from kubernetes import client
+
+from controller.cache import ClusterCache
+from controller.offerings import UnavailableOfferings
+from controller.provisioner import PODS_ANNOTATION
+from model import labels as wk
+from model.nodepool import NodeClaim
+from providers.protocol import InsufficientCapacityError
+
+log = logging.getLogger(__name__)
+
+GROUP, VERSION, PLURAL = "karpenter.sh", "v1", "nodeclaims"
+
+
+class Launcher(Protocol):
+    def create(self, claim: NodeClaim) -> dict[str, Any]:
+        """Launch ``claim``; returns the Node object it will register as."""
+        ...
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _conditions(raw: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c.get("type", ""): c for c in (raw.get("status") or {}).get("conditions") or []}
+
+
+def _true(raw: Mapping[str, Any], kind: str) -> bool:
+    return _conditions(raw).get(kind, {}).get("status") == "True"
+
+
+def _with_condition(raw: Mapping[str, Any], kind: str, status: str, reason: str, message: str = ""
+                    ) -> list[dict[str, Any]]:
+    conditions = _conditions(raw)
+    previous = conditions.get(kind)
+    stamp = previous.get("lastTransitionTime") if previous and previous.get("status") == status else _now()
+    conditions[kind] = {"type": kind, "status": status, "reason": reason, "message": message,
+                        "lastTransitionTime": stamp}
+    return list(conditions.values())
+
+
+def _node_ready(node: Mapping[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (node.get("status") or {}).get("conditions") or [])
+
+
+class Lifecycle:
+    def __init__(self, api: client.ApiClient, cache: ClusterCache, launcher: Launcher, *, nominate: bool = True,
+                 bind_grace: float = 15.0, unavailable: UnavailableOfferings | None = None) -> None:
+        self.nominate = nominate
+        self.bind_grace = bind_grace
+        self.unavailable = unavailable or UnavailableOfferings()
+        self._unbound: dict[str, dict[str, Any]] = {}
+        self._registration_ready = True
+        self._custom = client.CustomObjectsApi(api)
+        self._core = client.CoreV1Api(api)
+        self._cache = cache
+        self._launcher = launcher
+
+    def reconcile_all(self) -> int:
+        """One pass over every NodeClaim; returns how many writes it made."""
+        nodes = {str((n.get("metadata") or {}).get("name")): n for n in self._cache.items("Node")}
+        self._unbound = {(p.get("metadata") or {}).get("uid", ""): p for p in self._cache.items("Pod")
+                         if not (p.get("spec") or {}).get("nodeName")}
+        writes = 0
+        claims = [c for c in self._cache.items("NodeClaim") if not (c.get("metadata") or {}).get("deletionTimestamp")]
+        # Register together: every node that turns schedulable makes the scheduler retry *every* pending pod,
+        # and a retry against a node still tainted or not Ready drops that pod's nomination. So wait until each
+        # launched claim's Node is here and Ready, nominate all their pods, then untaint them in one go.
+        launched = [c for c in claims if _true(c, "Launched") and not _true(c, "Registered")]
+        self._registration_ready = all(_node_ready(nodes.get((c.get("status") or {}).get("nodeName") or "", {}))
+                                       for c in launched if _age(c, "Launched") < REGISTRATION_BARRIER_SECONDS)
+        if self.nominate and self._registration_ready:
+            for raw in launched:
+                self._nominate(raw, str((raw.get("status") or {}).get("nodeName")))
+        for raw in claims:
+            try:
+                writes += self.reconcile(raw, nodes)
+            except client.ApiException as err:
+                log.warning("NodeClaim %s: HTTP %s %s", (raw.get("metadata") or {}).get("name"), err.status,
+                            err.reason)
+        return writes
+
+    def reconcile(self, raw: dict[str, Any], nodes: Mapping[str, dict[str, Any]]) -> int:
+        name = str((raw.get("metadata") or {}).get("name"))
+        launched = _conditions(raw).get("Launched", {}).get("status")
+        if launched == "False":
+            return 0  # failed launch: kept as a record, its pods are re-planned (deleting it needs a finalizer flow)
+        if launched != "True":
+            return self._launch(raw)
+        node = nodes.get((raw.get("status") or {}).get("nodeName") or name)
+        if node is None:
+            return 0
+        if not _true(raw, "Registered"):
+            return self._register(raw, node) if self._registration_ready else 0
+        if self.nominate and self._reserving(raw):
+            # the scheduler drops a nomination it could not use (e.g. it tried while the node was still
+            # tainted); putting it back is a no-op for pods that kept theirs
+            self._nominate(raw, name)
+        if not _true(raw, "Initialized") and _node_ready(node) and not self._startup_taints_left(raw, node):
+            self._patch_node_labels(node, {wk.INITIALIZED: "true"})
+            self._set_status(raw, {"conditions": _with_initialized(raw)})
+            log.info("NodeClaim %s initialized", name)
+            return 1
+        return 0
+
+    def _launch(self, raw: dict[str, Any]) -> int:
+        claim = NodeClaim.model_validate(raw)
+        try:
+            node = self._launcher.create(claim)
+        except InsufficientCapacityError as err:
+            # mark the offering unavailable for a while; the claim's pods are no longer covered by it
+            # (Launched=False), so the next batch re-plans them without that offering
+            labels = claim.metadata.labels
+            self.unavailable.mark(labels.get(wk.INSTANCE_TYPE, ""), labels.get(wk.ZONE, ""),
+                                  labels.get(wk.CAPACITY_TYPE, ""))
+            self._set_status(raw, {"conditions": _with_condition(raw, "Launched", "False",
+                                                                  "InsufficientCapacity", str(err))})
+            log.warning("NodeClaim %s launch failed: %s", claim.name, err)
+            return 1
+        status = node.get("status") or {}
+        self._set_status(raw, {
+            "providerID": (node.get("spec") or {}).get("providerID", ""),
+            "nodeName": node["metadata"]["name"],
+            "capacity": status.get("capacity", {}),
+            "allocatable": status.get("allocatable", {}),
+            "conditions": _with_condition(raw, "Launched", "True", "Launched"),
+        })
+        log.info("NodeClaim %s launched as node %s", claim.name, node["metadata"]["name"])
+        return 1
+
+    def _nominate(self, raw: Mapping[str, Any], node: str) -> None:
+        """Set ``status.nominatedNodeName`` of the claim's still-pending pods to its node: the scheduler tries a
+        pod's nominated node first and keeps room for nominated pods when placing others, so pods land where
+        the plan packed them. Only once the Node exists: the scheduler clears a nomination it cannot use."""
+        try:
+            uids = set(json.loads(((raw.get("metadata") or {}).get("annotations") or {}).get(PODS_ANNOTATION) or "[]"))
+        except json.JSONDecodeError:
+            return
+        candidates = (self._unbound.get(uid) for uid in uids)
+        pods = [p for p in candidates if p is not None and (p.get("status") or {}).get("nominatedNodeName") != node]
+
+        def nominate(pod: Mapping[str, Any]) -> None:
+            meta = pod.get("metadata") or {}
+            try:
+                self._core.patch_namespaced_pod_status(str(meta.get("name")), str(meta.get("namespace")),
+                                                       {"status": {"nominatedNodeName": node}})
+            except client.ApiException as err:
+                if err.status not in (404, 409, 422):  # gone, or bound meanwhile
+                    log.warning("could not nominate pod %s/%s to %s: HTTP %s", meta.get("namespace"),
+                                meta.get("name"), node, err.status)
+
+        if pods:
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                list(pool.map(nominate, pods))
+            log.info("nominated %d pending pod(s) to node %s", len(pods), node)
+
+    def _reserving(self, raw: Mapping[str, Any]) -> bool:
+        """Registered, and not initialized longer than ``bind_grace`` ago: its pods are still expected."""
+        if not _true(raw, "Initialized"):
+            return True
+        return _age(raw, "Initialized") <= self.bind_grace
+
+    def _register(self, raw: dict[str, Any], node: dict[str, Any]) -> int:
+        labels = dict((raw.get("metadata") or {}).get("labels") or {})
+        labels[wk.REGISTERED] = "true"
+        taints = [t for t in (node.get("spec") or {}).get("taints") or [] if t.get("key") != wk.UNREGISTERED_TAINT]
+        patch = [{"op": "replace" if (node.get("spec") or {}).get("taints") is not None else "add",
+                  "path": "/spec/taints", "value": taints}]
+        patch += [{"op": "add", "path": f"/metadata/labels/{_escape(k)}", "value": v} for k, v in labels.items()]
+        self._core.patch_node(node["metadata"]["name"], patch)
+        self._set_status(raw, {"conditions": _with_condition(raw, "Registered", "True", "Registered")})
+        log.info("NodeClaim %s registered", (raw.get("metadata") or {}).get("name"))
+        return 1
+
+    def _startup_taints_left(self, raw: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+        startup = {(t.get("key"), t.get("effect")) for t in (raw.get("spec") or {}).get("startupTaints") or []}
+        present = {(t.get("key"), t.get("effect")) for t in (node.get("spec") or {}).get("taints") or []}
+        return bool(startup & present)
+
+    def _patch_node_labels(self, node: Mapping[str, Any], labels: Mapping[str, str]) -> None:
+        patch = [{"op": "add", "path": f"/metadata/labels/{_escape(k)}", "value": v} for k, v in labels.items()]
+        self._core.patch_node(node["metadata"]["name"], patch)
+
+    def _set_status(self, raw: dict[str, Any], status: dict[str, Any]) -> None:
+        name = raw["metadata"]["name"]
+        updated = self._custom.patch_cluster_custom_object_status(GROUP, VERSION, PLURAL, name, {"status": status})
+        self._cache.upsert("NodeClaim", cast(dict[str, Any], updated))
+        raw["status"] = {**(raw.get("status") or {}), **status}
+
+
+def _with_initialized(raw: Mapping[str, Any]) -> list[dict[str, Any]]:
+    interim = {**raw, "status": {**(raw.get("status") or {}),
+                                 "conditions": _with_condition(raw, "Initialized", "True", "Initialized")}}
+    return _with_condition(interim, "Ready", "True", "Ready")
+
+
+#: a claim whose Node has not appeared this long after launch no longer holds the others' registration back
+REGISTRATION_BARRIER_SECONDS = 30.0
+
+
+def _age(raw: Mapping[str, Any], kind: str) -> float:
+    """Seconds since condition ``kind`` last changed (infinite when unknown)."""
+    stamp = _conditions(raw).get(kind, {}).get("lastTransitionTime")
+    try:
+        since = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+    except ValueError:
+        return float("inf")
+    return (datetime.now(UTC) - since).total_seconds()
+
+
+def _escape(key: str) -> str:
+    """A label key as a JSON-pointer segment (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")

@@ -1,0 +1,116 @@
+"""The real control plane for e2e tests: built once (``hack/control-plane/build.sh`` only builds what is
+missing — a cold build takes ~6–8 min), started once per session in a temporary directory, torn down after.
+
+Every test here is marked ``e2e`` and runs in the normal ``make test``; nothing is skipped when the binaries
+are missing, the fixture builds them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client, dynamic
+
+from controller.run import api_client
+
+ROOT = Path(__file__).resolve().parents[2]
+CONTROL_PLANE = ROOT / "hack" / "control-plane"
+CRDS = ROOT / "deploy" / "crds"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the e2e tests last: the control plane starts at the first of them and runs until the session ends,
+    and it should not steal CPU from the time-limited solver tests."""
+    here = Path(__file__).parent
+    items.sort(key=lambda item: Path(str(item.path)).is_relative_to(here))
+
+
+@dataclass
+class Cluster:
+    dir: Path
+    kubeconfig: Path
+    env: dict[str, str]
+
+    def api(self) -> client.ApiClient:
+        return api_client(str(self.kubeconfig))
+
+    def log(self, component: str) -> str:
+        path = self.dir / "logs" / f"{component}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    started = time.monotonic()
+    build = subprocess.run([str(CONTROL_PLANE / "build.sh")], capture_output=True, text=True, check=False)
+    if build.returncode != 0:
+        pytest.fail(f"control-plane build failed:\n{build.stderr[-4000:]}")
+    bin_dir = build.stdout.strip().splitlines()[-1]
+    state = tmp_path_factory.mktemp("control-plane") / "cluster"
+    env = {**os.environ, "NODEPLAN_CLUSTER_DIR": str(state), "NODEPLAN_CONTROL_PLANE_BIN": bin_dir}
+    up = subprocess.run([str(CONTROL_PLANE / "cluster.sh"), "up"], capture_output=True, text=True, env=env,
+                        check=False)
+    if up.returncode != 0:
+        subprocess.run([str(CONTROL_PLANE / "cluster.sh"), "down"], env=env, check=False, capture_output=True)
+        pytest.fail(f"cluster.sh up failed:\n{up.stderr[-4000:]}")
+    print(f"control plane ready in {time.monotonic() - started:.1f}s (state {state})")
+    try:
+        yield Cluster(dir=state, kubeconfig=state / "kubeconfig", env=env)
+    finally:
+        subprocess.run([str(CONTROL_PLANE / "cluster.sh"), "down"], env=env, check=False, capture_output=True)
+
+
+def apply(api: client.ApiClient, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+    """Server-side apply one object (``dry_run``: the API server validates and admits it, stores nothing)."""
+    resource = dynamic.DynamicClient(api).resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+    kwargs: dict[str, Any] = {"field_manager": "nodeplan-e2e", "force_conflicts": True}
+    if dry_run:
+        kwargs["dry_run"] = "All"
+    namespace = obj.get("metadata", {}).get("namespace")
+    result = resource.server_side_apply(body=obj, namespace=namespace, **kwargs)
+    return result.to_dict()  # type: ignore[no-any-return]
+
+
+def load_yaml(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def wait_for(predicate: Any, timeout: float, interval: float = 0.5, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+@pytest.fixture(scope="session")
+def crds(cluster: Cluster) -> list[str]:
+    """The generated CRDs, installed and Established."""
+    api = cluster.api()
+    names = []
+    for path in sorted(CRDS.glob("*.yaml")):
+        for obj in load_yaml(path):
+            apply(api, obj)
+            names.append(obj["metadata"]["name"])
+    ext = client.ApiextensionsV1Api(api)
+
+    def established() -> bool:
+        for name in names:
+            conditions = ext.read_custom_resource_definition(name).status.conditions or []
+            if not any(c.type == "Established" and c.status == "True" for c in conditions):
+                return False
+        return True
+
+    wait_for(established, 30, what="CRDs Established")
+    return names
