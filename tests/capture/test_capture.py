@@ -1,17 +1,9 @@
-"""``nodeplan snapshot``: what is captured, what is scrubbed, and how failures read.
-
-The e2e test needs a running test control plane (``hack/control-plane/cluster.sh up``) and ``kubectl``;
-point ``NODEPLAN_E2E_KUBECONFIG`` at its kubeconfig (``$NODEPLAN_CLUSTER_DIR/kubeconfig``). Without it
-that test is skipped.
-"""
+"""``nodeplan snapshot``: what is captured, what is scrubbed, and how failures read (the capture of a
+real control plane is in ``tests/e2e/test_capture.py``)."""
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +14,6 @@ from typer.testing import CliRunner
 
 from controller.capture import CapturedKind, capture, scrub
 from controller.cli import app
-from model.snapshot import load_snapshot
 
 SECRETS = ("hunter2", "env-secret-value", "cmdline-secret", "template-secret")
 
@@ -99,69 +90,3 @@ def test_unusable_kubeconfig_is_one_line_exit_2(tmp_path: Path) -> None:
     result = runner.invoke(app, ["snapshot", "--kubeconfig", str(path)])
     assert result.exit_code == 2
     assert result.stderr.strip() == "error: http://127.0.0.1:9: cannot reach the API server (MaxRetryError)"
-
-
-E2E_KUBECONFIG = os.environ.get("NODEPLAN_E2E_KUBECONFIG")
-
-OBJECTS = """\
-apiVersion: v1
-kind: Namespace
-metadata: {name: NS}
----
-apiVersion: v1
-kind: Secret
-metadata: {name: db-password, namespace: NS}
-stringData: {password: hunter2}
----
-apiVersion: apps/v1
-kind: DaemonSet
-metadata: {name: agent, namespace: NS}
-spec:
-  selector: {matchLabels: {app: agent}}
-  template:
-    metadata: {labels: {app: agent}}
-    spec:
-      containers:
-      - {name: a, image: agent:1, env: [{name: K, value: template-secret}],
-         resources: {requests: {cpu: 50m, memory: 64Mi}}}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: web-0, namespace: NS, labels: {app: web}}
-spec:
-  containers:
-  - name: web
-    image: web:1
-    command: [/bin/web, --password=cmdline-secret]
-    env:
-    - {name: DB_PASSWORD, valueFrom: {secretKeyRef: {name: db-password, key: password}}}
-    - {name: API_KEY, value: env-secret-value}
-    resources: {requests: {cpu: "1", memory: 2Gi}}
-"""
-
-
-@pytest.mark.e2e
-@pytest.mark.skipif(not E2E_KUBECONFIG or not shutil.which("kubectl"),
-                    reason="set NODEPLAN_E2E_KUBECONFIG to a running test control plane (and install kubectl)")
-def test_capture_a_real_control_plane(tmp_path: Path) -> None:
-    assert E2E_KUBECONFIG is not None
-    namespace = f"capture-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "KUBECONFIG": E2E_KUBECONFIG}
-    subprocess.run(["kubectl", "apply", "-f", "-"], input=OBJECTS.replace("NS", namespace), text=True,
-                   env=env, check=True, capture_output=True, timeout=60)
-    try:
-        out = tmp_path / "snap.yaml"
-        result = CliRunner().invoke(app, ["snapshot", "--kubeconfig", E2E_KUBECONFIG, "-o", str(out)])
-        assert result.exit_code == 0, result.stderr
-        text = out.read_text()
-        assert not any(s in text for s in SECRETS)
-        assert "kind: Secret" not in text and "last-applied-configuration" not in text
-        snap = load_snapshot(out)  # the other commands read it
-        assert f"{namespace}/web-0" in {p.key for p in snap.pending_pods()}
-        assert f"{namespace}/agent" in {d.key for d in snap.daemonsets}
-        assert namespace in {n.name for n in snap.namespaces}
-        solved = CliRunner().invoke(app, ["solve", str(out), "--format", "json", "--time-limit", "5"])
-        assert solved.exit_code == 0
-    finally:
-        subprocess.run(["kubectl", "delete", "namespace", namespace, "--wait=false"], env=env,
-                       capture_output=True, timeout=60, check=False)
