@@ -29,8 +29,6 @@ class Bin:
     limit_use: dict[str, int]
     compatible: np.ndarray  # bool over classes
     rank: int
-    #: most pods of each class one node may hold beyond what resources allow (anti-affinity, host ports)
-    per_node: np.ndarray
     #: preferred node-affinity score of each class on this bin
     preference: np.ndarray
 
@@ -54,7 +52,7 @@ def _new_bins(problem: Problem) -> list[Bin]:
         bins.append(Bin(index=-1, existing=False, members=members, capacity=problem.template_alloc[members[0]],
                         cost=rep.price_micros, count=None, pool_index=pool_index[rep.pool.name],
                         limit_use=dict(rep.limit_use), compatible=problem.template_ok[:, members[0]].copy(),
-                        rank=rep.pool.rank, per_node=problem.node_cap,
+                        rank=rep.pool.rank,
                         preference=problem.template_pref[:, members[0]].copy()))
     return _drop_dominated(bins)
 
@@ -85,7 +83,7 @@ def _existing_bins(problem: Problem) -> list[Bin]:
         groups.setdefault(key, []).append(e)
     return [Bin(index=-1, existing=True, members=members, capacity=problem.existing_free[members[0]],
                 cost=0, count=len(members), pool_index=None, limit_use={},
-                compatible=problem.existing_ok[:, members[0]].copy(), rank=0, per_node=problem.node_cap,
+                compatible=problem.existing_ok[:, members[0]].copy(), rank=0,
                 preference=problem.existing_pref[:, members[0]].copy())
             for members in groups.values()]
 

@@ -22,7 +22,7 @@ from solver.patterns import (
     exact_pricing,
     fractional_upper_bound,
     greedy_pricing,
-    max_copies,
+    node_limit,
 )
 
 EPS = 1e-6
@@ -167,13 +167,6 @@ class MasterLP:
         return {p: v.solution_value() for p, v in self.columns.items() if v.solution_value() > EPS}
 
 
-def node_bound(b: Bin, demand: np.ndarray, sizes: np.ndarray) -> int:
-    """The most nodes of bin ``b`` any sensible plan uses (each holds at least one pod)."""
-    if b.count is not None:
-        return b.count
-    return int(sum(int(d) for k, d in enumerate(demand) if b.compatible[k] and max_copies(b.capacity, sizes[k])))
-
-
 def farley_bound(bins: list[Bin], lp_value: float, floors: dict[int, float]) -> float:
     """A valid lower bound from a non-converged LP (Farley / Lagrangian).
 
@@ -207,7 +200,7 @@ def seed_patterns(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, per_cl
         options = []
         for b in bins:
             if b.compatible[k]:
-                n = min(int(demand[k]), int(b.per_node[k]), max_copies(b.capacity, sizes[k]))
+                n = node_limit(b, sizes, demand, k)
                 if n > 0:
                     options.append((b.cost / n, b.index, b, n))
         for _, _, b, n in sorted(options, key=lambda o: (o[0], o[1]))[:per_class]:
@@ -275,7 +268,6 @@ def column_generation(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, ob
     converged = False
     final_floors: dict[int, float] = {}
     floor_value = 0.0
-    last_rc: dict[int, float] = {}
     max_exact = MAX_EXACT
     pool = ThreadPoolExecutor(max_workers=max(workers, 1), thread_name_prefix="pricing")
     iterations = 0
@@ -283,15 +275,7 @@ def column_generation(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, ob
     while time.monotonic() < deadline and value - lower > tolerance * max(value, 1.0):
         iterations += 1
         pi, mu, lam = master.duals()
-        added = 0
-        for i, b in enumerate(bins):
-            if i % 64 == 63 and time.monotonic() > deadline:
-                break
-            values = pi - objective.penalties(b)
-            counts = greedy_pricing(b, sizes, values, demand)
-            last_rc[b.index] = master.fixed_price(b, mu, lam) - float(values @ counts)
-            if counts.any() and last_rc[b.index] < -EPS:
-                added += master.add(Pattern(b.index, tuple(int(c) for c in counts)))
+        added = master.price_greedily(bins, sizes, deadline)
         if not added:
             added, floors, left = _exact_round(master, bins, sizes, demand, objective, pi, mu, lam, deadline,
                                                exact_time, pool, max_exact)

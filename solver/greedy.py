@@ -50,7 +50,6 @@ class GreedyScheduler:
                      dtype=np.int64).reshape(len(idx), len(names))
             for idx, names in zip(self.by_pool, self.limit_names, strict=True)]
         self.free = problem.existing_free.copy()
-        self.on_existing = np.zeros((len(problem.existing), len(problem.classes)), dtype=np.int64)
         self._launch_order: np.ndarray | None = None
         # zones as small integers: a claim whose candidates all sit in one zone skips pods pinned elsewhere
         zones = sorted({t.offering.zone for t in problem.templates})
@@ -61,10 +60,9 @@ class GreedyScheduler:
         # per in-flight claim (row): requests so far, largest candidate allocatable, units per class
         self.used = np.zeros((0, len(problem.axes)), dtype=np.int64)
         self.ceiling = np.zeros((0, len(problem.axes)), dtype=np.int64)
-        self.per_class = np.zeros((0, len(problem.classes)), dtype=np.int64)
 
     def _try_existing(self, c: int, size: np.ndarray, prefer: bool) -> int | None:
-        ok = self.p.existing_ok[c] & np.all(self.free >= size, axis=1) & (self.on_existing[:, c] < self.p.node_cap[c])
+        ok = self.p.existing_ok[c] & np.all(self.free >= size, axis=1)
         if prefer:
             ok &= self.p.existing_heaviest[c]
         hits = np.flatnonzero(ok)
@@ -124,14 +122,12 @@ class GreedyScheduler:
         e = self._try_existing(c, size, prefer)
         if e is not None:
             self.free[e] -= size
-            self.on_existing[e, c] += 1
             placement.existing.setdefault(e, []).extend(pods)
             return True
         n = len(claims)
         if n:
             # every in-flight claim at once: cheap tests in numpy, then the fewest-pods-first order
             fits = np.all(self.used[:n] + size <= self.ceiling[:n], axis=1)
-            fits &= self.per_class[:n, c] < self.p.node_cap[c]
             if self.class_zone[c] >= 0:
                 fits &= (self.claim_zone[:n] < 0) | (self.claim_zone[:n] == self.class_zone[c])
             for i in sorted(np.flatnonzero(fits).tolist(), key=lambda i: (len(claims[i].pods), i)):
@@ -142,7 +138,7 @@ class GreedyScheduler:
                 narrowed = self._narrow(claim, c, total, prefer)
                 if len(narrowed):
                     claim.candidates, claim.requests = narrowed, total
-                    self._record(i, claim, c, pods)
+                    self._record(i, claim, pods)
                     return True
                 if not prefer and not self.p.template_ok[c, claim.candidates].any():
                     claim.refuses.add(c)
@@ -150,20 +146,18 @@ class GreedyScheduler:
         if new_claim is None:
             return False
         claims.append(new_claim)
-        self._record(n, new_claim, c, pods)
+        self._record(n, new_claim, pods)
         return True
 
-    def _record(self, i: int, claim: _Claim, c: int, pods: list[Pod]) -> None:
+    def _record(self, i: int, claim: _Claim, pods: list[Pod]) -> None:
         if i >= len(self.used):
             grow = max(64, len(self.used))
             self.used = np.vstack([self.used, np.zeros((grow, self.used.shape[1]), np.int64)])
             self.ceiling = np.vstack([self.ceiling, np.zeros((grow, self.ceiling.shape[1]), np.int64)])
-            self.per_class = np.vstack([self.per_class, np.zeros((grow, self.per_class.shape[1]), np.int64)])
             self.claim_zone = np.concatenate([self.claim_zone, np.full(grow, -1, np.int64)])
         claim.pods.extend(pods)
         self.used[i] = claim.requests
         self.ceiling[i] = self.p.template_alloc[claim.candidates].max(axis=0)
-        self.per_class[i, c] += 1
         zones = np.unique(self.template_zone[claim.candidates])
         self.claim_zone[i] = int(zones[0]) if len(zones) == 1 else -1
 

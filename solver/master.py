@@ -8,7 +8,6 @@ master rows; per-node rules are already inside every pattern.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,18 +29,15 @@ class MasterResult:
     wall_seconds: float
 
 
-class _Progress(cp_model.CpSolverSolutionCallback):
-    """Reports progress and stops the search once the plan is within ``gap`` of the LP lower bound."""
+class _StopNearBound(cp_model.CpSolverSolutionCallback):
+    """Stops the search once the plan is within ``gap`` of the LP lower bound."""
 
-    def __init__(self, report: Callable[[float, float], None] | None, lower_bound: float, gap: float) -> None:
+    def __init__(self, lower_bound: float, gap: float) -> None:
         super().__init__()
-        self.report = report
         self.lower_bound = lower_bound
         self.gap = gap
 
     def on_solution_callback(self) -> None:
-        if self.report:
-            self.report(self.objective_value, max(self.best_objective_bound, self.lower_bound))
         if self.lower_bound > 0 and self.objective_value <= self.lower_bound * (1 + self.gap):
             self.stop_search()
 
@@ -49,7 +45,6 @@ class _Progress(cp_model.CpSolverSolutionCallback):
 def solve_master(bins: list[Bin], patterns: list[Pattern], demand: np.ndarray, objective: Objective,
                  limits: dict[tuple[int, str], int], hint: dict[Pattern, int] | None, time_limit: float,
                  seed: int, workers: int, deterministic: bool, lower_bound: float = 0.0, gap: float = 0.0,
-                 on_solution: Callable[[float, float], None] | None = None,
                  at_least: dict[Pattern, int] | None = None) -> MasterResult | None:
     """Solve the pattern IP; ``lower_bound`` (any valid bound on the objective) is added as a cut and
     ends the search early once a plan is within ``gap`` of it. ``at_least`` fixes a floor on some pattern
@@ -89,7 +84,7 @@ def solve_master(bins: list[Bin], patterns: list[Pattern], demand: np.ndarray, o
         for p, var in x.items():
             model.add_hint(var, hint.get(p, 0))
     solver = make_solver(time_limit, seed, workers, deterministic)
-    status = solver.solve(model, _Progress(on_solution, lower_bound, gap))
+    status = solver.solve(model, _StopNearBound(lower_bound, gap))
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     chosen = {p: int(solver.value(var)) for p, var in x.items() if solver.value(var) > 0}

@@ -32,8 +32,9 @@ def max_copies(capacity: np.ndarray, size: np.ndarray) -> int:
 
 
 def node_limit(b: Bin, sizes: np.ndarray, demand: np.ndarray, k: int) -> int:
-    """Most pods of class ``k`` one node of ``b`` can take: demand, resources and per-node rules."""
-    return min(int(demand[k]), int(b.per_node[k]), max_copies(b.capacity, sizes[k]))
+    """Most units of class ``k`` one node of ``b`` can take: its demand, and what fits (per-node rules are
+    resource dimensions too, see ``rules/counters.py``)."""
+    return min(int(demand[k]), max_copies(b.capacity, sizes[k]))
 
 
 def _copies(free: list[int], size: list[int]) -> int:
@@ -54,7 +55,7 @@ def fill(b: Bin, sizes: np.ndarray, values: np.ndarray, limit: np.ndarray, order
     for k in order:
         if limit[k] <= 0 or not b.compatible[k]:
             continue
-        n = min(int(limit[k]), int(b.per_node[k]), _copies(free, rows[k]))
+        n = min(int(limit[k]), _copies(free, rows[k]))
         if n > 0:
             counts[k] = n
             free = [f - n * z for f, z in zip(free, rows[k], strict=True)]
@@ -91,7 +92,7 @@ def complete(b: Bin, sizes: np.ndarray, demand: np.ndarray, counts: np.ndarray) 
     out = counts.tolist()
     for k in range(len(rows)):
         if b.compatible[k] and out[k] < demand[k]:
-            n = min(int(demand[k] - out[k]), int(b.per_node[k]) - out[k], _copies(free, rows[k]))
+            n = min(int(demand[k] - out[k]), _copies(free, rows[k]))
             if n > 0:
                 out[k] += n
                 free = [f - n * z for f, z in zip(free, rows[k], strict=True)]

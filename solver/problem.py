@@ -54,8 +54,6 @@ class Problem:
     template_ok: np.ndarray
     existing_ok: np.ndarray
     rule: SelectionRule
-    #: most pods of each class one node may hold (hostname self-anti-affinity, host ports), shape (C,)
-    node_cap: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     #: preferred node-affinity score of each class on each template / existing node, shapes (C, T), (C, E)
     template_pref: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
     existing_pref: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
@@ -106,9 +104,6 @@ def existing_capacity(snapshot: Snapshot) -> list[ExistingCapacity]:
     return out
 
 
-UNLIMITED = 1 << 30
-
-
 def pin_zones(snapshot: Snapshot, pending: list[Pod], templates: list[NodeTemplate],
               existing: list[ExistingCapacity]) -> list[Pod]:
     """Apply zone-level rules (``rules.zones``) as zone pins on copies of the pending pods."""
@@ -154,10 +149,7 @@ def compile_problem(snapshot: Snapshot, pods: list[Pod] | None = None) -> Proble
     rule = SelectionRule()
     template_ok = np.zeros((len(classes), len(templates)), dtype=bool)
     existing_ok = np.zeros((len(classes), len(existing)), dtype=bool)
-    node_cap = np.full(len(classes), UNLIMITED, dtype=np.int64)
     for c in classes:
-        if antiaffinity.one_per_node(c, namespaces):
-            node_cap[c.index] = 1
         # self-affine on hostname with matching pods running: only the nodes that run them will do
         joins_running = antiaffinity.self_affine_on_host(c.representative, namespaces) and not c.bundle
         if not joins_running:
@@ -201,6 +193,6 @@ def compile_problem(snapshot: Snapshot, pods: list[Pod] | None = None) -> Proble
     return Problem(snapshot=snapshot, classes=classes, pools=pool_infos(snapshot), templates=templates,
                    existing=existing, axes=axes, sizes=sizes, template_alloc=template_alloc,
                    existing_free=existing_free, template_ok=template_ok, existing_ok=existing_ok,
-                   rule=rule, node_cap=node_cap, template_pref=template_pref, existing_pref=existing_pref,
+                   rule=rule, template_pref=template_pref, existing_pref=existing_pref,
                    template_heaviest=template_heaviest, existing_heaviest=existing_heaviest,
                    unmodelled=antiaffinity.unmodelled(classes, namespaces, counters))

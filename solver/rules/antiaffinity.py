@@ -1,7 +1,8 @@
-"""Required pod anti-affinity on ``kubernetes.io/hostname``: pods that repel their own kind hold one per
-node, and a node already running a pod a class repels (or that repels the class — anti-affinity is
-symmetric) is closed to that class. Zone-level anti-affinity and two different classes repelling each
-other are not modelled yet: ``unmodelled`` names the pods that carry them so the plan says so."""
+"""Required pod anti-affinity on ``kubernetes.io/hostname``: a node already running a pod a class repels (or
+that repels the class — anti-affinity is symmetric) is closed to that class; pods that repel their own
+kind are kept apart by per-node counters (``counters.py``), on zones by zone pins (``zones.py``). What no
+rule models (two classes repelling each other with terms that select neither itself, other topology keys)
+``unmodelled`` names, so the plan says so."""
 
 from __future__ import annotations
 
@@ -23,11 +24,6 @@ def _repels(owner: Pod, other: Pod, namespace_labels: Mapping[str, dict[str, str
 def repels(a: Pod, b: Pod, namespace_labels: Mapping[str, dict[str, str]]) -> bool:
     """May ``a`` and ``b`` not share a node, by either one's required hostname anti-affinity?"""
     return _repels(a, b, namespace_labels) or _repels(b, a, namespace_labels)
-
-
-def one_per_node(pod_class: PodClass, namespace_labels: Mapping[str, dict[str, str]]) -> bool:
-    pod = pod_class.representative
-    return _repels(pod, pod, namespace_labels)
 
 
 def blocked_by_bound_pods(pod_class: PodClass, bound: Sequence[Pod], namespace_labels: Mapping[str, dict[str, str]]
