@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SNAPSHOT ?= fixtures/snapshots/example.yaml
 
-.PHONY: setup run test bench lint clean control-plane cluster-up cluster-down crds
+.PHONY: setup run test bench lint clean control-plane browser cluster-up cluster-down crds
 
 $(STAMP): requirements.lock pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 2; }
@@ -22,12 +22,16 @@ run: $(STAMP)
 	$(BIN)/nodeplan solve $(SNAPSHOT) --compare greedy
 
 ## The whole test suite (what CI runs), e2e tests on the real control plane included.
-test: $(STAMP) control-plane
+test: $(STAMP) control-plane browser
 	$(BIN)/python -m pytest -q
 
 ## Build the pinned control-plane binaries (etcd, kube-*, kwok) if missing: ~6-8 min cold, 0.1 s warm.
 control-plane:
 	@hack/control-plane/build.sh >/dev/null
+
+## Debian's chromium for the HTML report's screenshot test, installed only when missing.
+browser:
+	@command -v chromium >/dev/null 2>&1 || hack/install-chromium.sh
 
 ## Start / stop a local control plane (NODEPLAN_CLUSTER_DIR, default /tmp/nodeplan-cluster).
 cluster-up: control-plane

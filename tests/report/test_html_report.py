@@ -1,7 +1,7 @@
 """``nodeplan solve --report``: a self-contained HTML page, rendered in headless Chromium and looked at.
 
-The screenshot test needs Debian's ``chromium`` (``hack/install-chromium.sh``, which ``.ci/run`` calls);
-without it that one test is skipped, never faked.
+The screenshot test needs Debian's ``chromium`` (``hack/install-chromium.sh``, which ``make test`` runs
+when it is missing); without it that one test is skipped, never faked.
 """
 
 from __future__ import annotations
