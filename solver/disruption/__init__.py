@@ -1,0 +1,1 @@
+"""Consolidation: which nodes to remove and what replaces them, within budgets and PDBs (``consolidate``)."""

@@ -1,0 +1,113 @@
+"""``consolidate``: snapshot in, DisruptionPlan out (the library call behind ``nodeplan consolidate``)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from model.disruption import (
+    BudgetUse,
+    Disruption,
+    DisruptionCost,
+    DisruptionPlan,
+    DisruptionSolverReport,
+    NodeRemoval,
+    PodMove,
+)
+from model.errors import InputError
+from model.snapshot import Snapshot
+from solver.disruption.candidates import ClusterState, analyse, eviction_cost
+from solver.disruption.consolidate import ConsolidateOptions, Outcome, plan_consolidation
+from solver.provision import planned_claims
+
+
+@dataclass
+class ConsolidationResult:
+    plan: DisruptionPlan
+    state: ClusterState
+    outcome: Outcome | None
+
+    @property
+    def budget_errors(self) -> list[InputError]:
+        return self.state.errors
+
+
+def _replacement_name(index: int, pool: str) -> str:
+    return f"{pool}-replacement-{index:04d}"
+
+
+def _budget_use(state: ClusterState, outcome: Outcome | None) -> list[BudgetUse]:
+    removed = outcome.removed if outcome else []
+    out = []
+    for pool, limits in sorted(state.budgets.items()):
+        for limit in limits:
+            used = sum(1 for s in removed if s.pool is not None and s.pool.name == pool
+                       and s.reason is not None and limit.covers(s.reason))
+            out.append(BudgetUse(node_pool=pool, reasons=sorted(limit.reasons), allowed=limit.allowed, used=used,
+                                 window=limit.window))
+    return out
+
+
+def consolidate(snapshot: Snapshot, options: ConsolidateOptions | None = None) -> ConsolidationResult:
+    """The disruption plan minimising hourly cost after the move (plus eviction cost at its price) within
+    budgets, PDBs, do-not-disrupt and the pools' policies. Invalid budgets freeze their pool (fail closed)
+    and are reported in ``budget_errors``."""
+    options = options or ConsolidateOptions()
+    started = options.started_at if options.started_at is not None else time.monotonic()
+    deadline = started + options.time_limit - min(0.5, 0.05 * options.time_limit)
+    stages: dict[str, float] = {}
+    t0 = time.monotonic()
+    now = options.now or datetime.now(UTC)
+    if not snapshot.nodepools:
+        raise InputError("the snapshot has no NodePools: consolidation only removes nodes a NodePool manages "
+                         "(add them with kubectl get nodepools.karpenter.sh -o yaml)", file=snapshot.source)
+    state = analyse(snapshot, now)
+    stages["analyse"] = round(time.monotonic() - t0, 3)
+
+    def stage(name: str, seconds: float) -> None:
+        stages[name] = round(seconds, 3)
+
+    outcome = plan_consolidation(snapshot, state, options, deadline, stage)
+    before = sum(s.price for s in state.nodes)
+    notes = list(state.warnings) + [f"{err}; NodePool frozen (0 disruptions)" for err in state.errors]
+    if outcome is None:
+        blocked = sum(1 for s in state.nodes if s.blocked)
+        notes.append(f"no candidate node ({blocked} node(s) blocked; see `--explain`)")
+        plan = DisruptionPlan(
+            cost=DisruptionCost(before=round(before, 6), after=round(before, 6), savings=0.0),
+            disruption=Disruption(evictions=0, cost=0.0), budgets=_budget_use(state, None),
+            solver=DisruptionSolverReport(status="NOTHING_TO_DO", wall_seconds=round(time.monotonic() - started, 3),
+                                          stages=stages, notes=notes))
+        return ConsolidationResult(plan=plan, state=state, outcome=None)
+    claims, existing = planned_claims(outcome.problem, outcome.placement, _replacement_name)
+    where = {pod: a.name for a in existing for pod in a.pods}
+    where.update({pod: c.name for c in claims for pod in c.pods})
+    moves = [PodMove(pod=p.key, source=s.name, to=where[p.key]) for s in outcome.removed for p in s.pods
+             if p.key in where]
+    after = before - sum(s.price for s in outcome.removed) + sum(c.price for c in claims)
+    evicted = [p for s in outcome.removed for p in s.pods]
+    yardstick = outcome.yardstick.savings if outcome.yardstick is not None else (0.0 if options.yardstick else None)
+    # OPTIMAL only when the plan meets the cheapest state reachable within the budgets; CP-SAT's own proof
+    # covers its candidate shortlist, destinations and replacement patterns, which is noted, not claimed
+    status = "OPTIMAL" if outcome.lower_bound is not None and after <= outcome.lower_bound + 1e-6 else (
+        "FEASIBLE" if outcome.status == "OPTIMAL" else outcome.status)
+    if outcome.status == "OPTIMAL" and status != "OPTIMAL":
+        outcome.notes.append("CP-SAT proved this plan optimal over the candidates, destinations and replacement "
+                             "patterns it considered")
+    plan = DisruptionPlan(
+        remove=[NodeRemoval(node=s.name, node_pool=s.pool.name if s.pool else "", reason=s.reason or "Underutilized",
+                            price=s.price, evictions=len(s.pods)) for s in outcome.removed],
+        node_claims=claims, moves=moves,
+        cost=DisruptionCost(before=round(before, 6), after=round(after, 6), savings=round(before - after, 6),
+                            lower_bound=round(outcome.lower_bound, 6) if outcome.lower_bound is not None else None,
+                            yardstick_savings=round(yardstick, 6) if yardstick is not None else None),
+        disruption=Disruption(evictions=len(evicted), cost=round(sum(eviction_cost(p) for p in evicted), 6)),
+        budgets=_budget_use(state, outcome),
+        solver=DisruptionSolverReport(
+            status=status,
+            wall_seconds=round(time.monotonic() - started, 3),
+            objective_bound=round(outcome.objective_bound, 6) if outcome.objective_bound is not None else None,
+            candidates=len(state.candidates), pod_classes=len(outcome.problem.classes), patterns=outcome.patterns,
+            stages=stages, notes=notes + outcome.notes))
+    return ConsolidationResult(plan=plan, state=state, outcome=outcome)
