@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SNAPSHOT ?= fixtures/snapshots/example.yaml
 
-.PHONY: setup run test bench lint clean control-plane browser cluster-up cluster-down crds
+.PHONY: setup run test bench bench-controller lint clean control-plane browser cluster-up cluster-down crds
 
 $(STAMP): requirements.lock pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 2; }
@@ -46,6 +46,10 @@ crds: $(STAMP)
 ## Benchmarks: prints a table (see README); BENCH_ARGS="--sizes 100,1000" to narrow.
 bench: $(STAMP)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+## Controller scale-out on the real control plane: 1,000 pending pods to all Running (Karpenter's perf bar).
+bench-controller: $(STAMP) control-plane
+	$(BIN)/python -m bench.controller_perf $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

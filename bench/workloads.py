@@ -77,3 +77,19 @@ def generic_deployments(total_pods: int, seed: int, *, mean_replicas: int = 20,
 
 def as_list(objects: list[dict[str, Any]]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "List", "items": objects}
+
+
+#: The KWOK node class every NodePool in the tests and benchmarks refers to.
+KWOK_NODECLASS = {"apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass", "metadata": {"name": "default"}}
+
+
+def deployment(name: str, namespace: str, replicas: int, *, cpu: str = "500m", memory: str = "256Mi",
+               labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    """A Deployment of identical pods (grace period 0, so evictions and scale-downs finish at once)."""
+    labels = labels or {"app": name}
+    pod_spec = {"terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "app", "image": "registry.example.com/app:1",
+                                "resources": {"requests": {"cpu": cpu, "memory": memory}}}], **spec}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels}, "spec": pod_spec}}}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -20,9 +21,11 @@ from rich.console import Console
 
 from controller.capture import snapshot_cmd
 from controller.diff_cli import diff_cmd, solve_progress
-from controller.render import render_plan
+from controller.render import render_disruption, render_plan
 from controller.report import render_html
 from controller.run_cli import crds_cmd, run_cmd
+from model.disruption import DisruptionPlan
+from model.durations import parse_time
 from model.errors import InputError
 from model.instancetype import InstanceType
 from model.manifests import load_input
@@ -30,6 +33,9 @@ from model.plan import ProvisioningPlan
 from model.snapshot import Snapshot, read_documents
 from providers.catalog_file import load_catalog
 from providers.kwok import kwok_catalog
+from solver.disruption.consolidate import ConsolidateOptions
+from solver.disruption.plan import ConsolidationResult, consolidate
+from solver.disruption.verify import verify_disruption
 from solver.provision import SolveOptions, solve
 from solver.rules.preferences import PreferencePolicy
 from solver.verify import verify
@@ -126,30 +132,108 @@ def solve_cmd(
         _write(data, fmt, output)
 
 
+def _now(value: str | None) -> datetime:
+    if value is None:
+        return datetime.now(UTC)
+    parsed = parse_time(value)
+    if parsed is None:
+        raise InputError(f"--now expects an RFC 3339 time such as 2026-11-29T09:00:00Z, got {value!r}")
+    return parsed
+
+
+def _explain(result: ConsolidationResult) -> list[tuple[str, str]]:
+    out = []
+    for s in result.state.nodes:
+        if s.candidate:
+            out.append((s.name, f"candidate ({s.reason}{': ' + s.detail if s.detail else ''})"))
+        else:
+            out.append((s.name, s.blocked or "not a candidate"))
+    return out
+
+
+@app.command("consolidate")
+def consolidate_cmd(
+    snapshot: SnapshotArg,
+    catalog: CatalogOpt = None,
+    time_limit: Annotated[float, typer.Option("--time-limit", min=0.5,
+                                              help="Seconds for the whole command, loading included.")] = 10.0,
+    now: Annotated[str | None, typer.Option("--now", help="Evaluate budgets, consolidateAfter, expireAfter and "
+                                            "do-not-disrupt durations at this RFC 3339 time (default: now).")] = None,
+    eviction_price: Annotated[float, typer.Option("--eviction-price", min=0.0, help="$/h one unit of Karpenter "
+                                                  "eviction cost is worth (0: any saving justifies a move).")] = 0.0,
+    spot_to_spot: Annotated[bool, typer.Option("--spot-to-spot", help="Allow replacing spot nodes with spot "
+                                               "nodes (Karpenter's SpotToSpotConsolidation).")] = False,
+    yardstick: Annotated[bool, typer.Option("--yardstick/--no-yardstick", help="Also run the Karpenter-style "
+                                            "decision (warm start; its savings are reported).")] = True,
+    seed: Annotated[int, typer.Option(help="CP-SAT random seed.")] = 0,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the plan here.")] = None,
+    fmt: Annotated[OutputFormat, typer.Option("--format", help="table, json or yaml.")] = OutputFormat.table,
+    explain: Annotated[bool, typer.Option("--explain", help="List every node and why it is or is not a "
+                                          "candidate.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No warnings on stderr.")] = False,
+) -> None:
+    """Plan consolidation: which nodes to remove, what replaces them, where every evicted pod goes.
+
+    Example: nodeplan consolidate cluster.yaml --now 2026-11-29T09:00:00Z -o disruption.json
+    """
+    started = time.monotonic()
+    try:
+        snap = _load(snapshot, catalog, quiet=quiet)
+        result = consolidate(snap, ConsolidateOptions(time_limit=time_limit, now=_now(now), seed=seed,
+                                                      eviction_price=eviction_price, spot_to_spot=spot_to_spot,
+                                                      yardstick=yardstick, started_at=started))
+    except InputError as err:
+        raise _fail_input(err) from None
+    data = result.plan.to_json_dict()
+    if output and fmt is OutputFormat.table:
+        _write(data, OutputFormat.json, output)
+    if fmt is OutputFormat.table:
+        console = Console(width=None if sys.stdout.isatty() else 160)
+        render_disruption(result.plan, console, _explain(result) if explain else None)
+    else:
+        _write(data, fmt, output)
+    for problem in result.budget_errors:
+        typer.echo(f"error: {problem.located(file=str(snapshot))} (the NodePool's disruptions are frozen)", err=True)
+    if result.budget_errors:
+        raise typer.Exit(2)
+
+
 @app.command("verify")
 def verify_cmd(
     snapshot: SnapshotArg,
-    plan: Annotated[Path, typer.Argument(help="Plan file written by nodeplan solve -o.")],
+    plan: Annotated[Path, typer.Argument(help="Plan file written by nodeplan solve -o or consolidate -o.")],
     catalog: CatalogOpt = None,
+    now: Annotated[str | None, typer.Option("--now", help="For a DisruptionPlan: the time it was planned for "
+                                            "(RFC 3339; default now).")] = None,
+    spot_to_spot: Annotated[bool, typer.Option("--spot-to-spot", help="For a DisruptionPlan: spot-to-spot was "
+                                               "allowed.")] = False,
 ) -> None:
-    """Check a plan against a snapshot independently of the solver; exit 1 listing each violation.
+    """Check a plan (ProvisioningPlan or DisruptionPlan) against a snapshot independently of the solver;
+    exit 1 listing each violation.
 
     Example: nodeplan verify fixtures/snapshots/example.yaml plan.json
     """
     try:
         snap = _load(snapshot, catalog)
         docs = read_documents(plan)
-        if len(docs) != 1:
-            raise InputError("expected one ProvisioningPlan document", file=str(plan))
+        if len(docs) != 1 or not isinstance(docs[0], dict):
+            raise InputError("expected one ProvisioningPlan or DisruptionPlan document", file=str(plan))
+        kind = docs[0].get("kind", "ProvisioningPlan")
+        model: type[ProvisioningPlan] | type[DisruptionPlan] = (
+            DisruptionPlan if kind == "DisruptionPlan" else ProvisioningPlan)
         try:
-            parsed = ProvisioningPlan.model_validate(docs[0])
+            parsed = model.model_validate(docs[0])
         except ValidationError as err:
             first = err.errors()[0]
-            raise InputError(first["msg"], file=str(plan), obj="ProvisioningPlan",
+            raise InputError(first["msg"], file=str(plan), obj=model.__name__,
                              field=".".join(str(p) for p in first["loc"])) from None
+        at = _now(now)
     except InputError as err:
         raise _fail_input(err) from None
-    violations = verify(snap, parsed)
+    if isinstance(parsed, DisruptionPlan):
+        violations = verify_disruption(snap, parsed, at, spot_to_spot=spot_to_spot)
+    else:
+        violations = verify(snap, parsed)
     for line in violations:
         typer.echo(line)
     if violations:

@@ -3,13 +3,14 @@ synced, ``karpenter.sh/unregistered`` taint removed), Initialized (Node Ready, s
 
 Each step reads the cache, does one idempotent write, and records the condition in the NodeClaim's status
 subresource; the next cache event moves the claim on. A crash between steps repeats at most one write.
+Deleting claims (and claims whose Node is deleted) are handed to ``controller.termination`` each pass.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, Protocol, cast
@@ -17,8 +18,11 @@ from typing import Any, Protocol, cast
 from kubernetes import client
 
 from controller.cache import ClusterCache
+from controller.conditions import conditions_of, is_true, with_condition
+from controller.drain import Drainer
 from controller.offerings import UnavailableOfferings
 from controller.provisioner import PODS_ANNOTATION
+from controller.termination import Terminator, claim_node_name
 from model import labels as wk
 from model.nodepool import NodeClaim
 from providers.protocol import InsufficientCapacityError
@@ -33,27 +37,14 @@ class Launcher(Protocol):
         """Launch ``claim``; returns the Node object it will register as."""
         ...
 
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _conditions(raw: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    return {c.get("type", ""): c for c in (raw.get("status") or {}).get("conditions") or []}
+    def delete(self, claim: NodeClaim) -> None:
+        """Delete the claim's instance (idempotent)."""
+        ...
 
 
-def _true(raw: Mapping[str, Any], kind: str) -> bool:
-    return _conditions(raw).get(kind, {}).get("status") == "True"
-
-
-def _with_condition(raw: Mapping[str, Any], kind: str, status: str, reason: str, message: str = ""
-                    ) -> list[dict[str, Any]]:
-    conditions = _conditions(raw)
-    previous = conditions.get(kind)
-    stamp = previous.get("lastTransitionTime") if previous and previous.get("status") == status else _now()
-    conditions[kind] = {"type": kind, "status": status, "reason": reason, "message": message,
-                        "lastTransitionTime": stamp}
-    return list(conditions.values())
+_conditions = conditions_of
+_true = is_true
+_with_condition = with_condition
 
 
 def _node_ready(node: Mapping[str, Any]) -> bool:
@@ -63,7 +54,8 @@ def _node_ready(node: Mapping[str, Any]) -> bool:
 
 class Lifecycle:
     def __init__(self, api: client.ApiClient, cache: ClusterCache, launcher: Launcher, *, nominate: bool = True,
-                 bind_grace: float = 15.0, unavailable: UnavailableOfferings | None = None) -> None:
+                 bind_grace: float = 15.0, unavailable: UnavailableOfferings | None = None,
+                 drainer: Drainer | None = None) -> None:
         self.nominate = nominate
         self.bind_grace = bind_grace
         self.unavailable = unavailable or UnavailableOfferings()
@@ -73,6 +65,7 @@ class Lifecycle:
         self._core = client.CoreV1Api(api)
         self._cache = cache
         self._launcher = launcher
+        self.terminator = Terminator(api, cache, launcher, drainer)
 
     def reconcile_all(self) -> int:
         """One pass over every NodeClaim; returns how many writes it made."""
@@ -80,23 +73,65 @@ class Lifecycle:
         self._unbound = {(p.get("metadata") or {}).get("uid", ""): p for p in self._cache.items("Pod")
                          if not (p.get("spec") or {}).get("nodeName")}
         writes = 0
-        claims = [c for c in self._cache.items("NodeClaim") if not (c.get("metadata") or {}).get("deletionTimestamp")]
+        every = self._cache.items("NodeClaim")
+        claims = [c for c in every if not (c.get("metadata") or {}).get("deletionTimestamp")]
+        for raw in every:
+            if (raw.get("metadata") or {}).get("deletionTimestamp"):
+                writes += self._guarded(raw, lambda c: self.terminator.reconcile(c, nodes))
+        for raw in claims:  # a registered claim whose Node is deleted (or gone) is deleted too
+            if _true(raw, "Registered"):
+                writes += self._guarded(raw, lambda c: self.terminator.delete_claim_of_deleted_node(
+                    c, nodes.get(claim_node_name(c))))
         # Register together: every node that turns schedulable makes the scheduler retry *every* pending pod,
         # and a retry against a node still tainted or not Ready drops that pod's nomination. So wait until each
         # launched claim's Node is here and Ready, nominate all their pods, then untaint them in one go.
         launched = [c for c in claims if _true(c, "Launched") and not _true(c, "Registered")]
-        self._registration_ready = all(_node_ready(nodes.get((c.get("status") or {}).get("nodeName") or "", {}))
-                                       for c in launched if _age(c, "Launched") < REGISTRATION_BARRIER_SECONDS)
+        self._registration_ready = self._may_register(claims, launched, nodes)
         if self.nominate and self._registration_ready:
             for raw in launched:
                 self._nominate(raw, str((raw.get("status") or {}).get("nodeName")))
+        registered = self._register_concurrently(launched, nodes) if self._registration_ready else set()
+        writes += len(registered)
         for raw in claims:
-            try:
-                writes += self.reconcile(raw, nodes)
-            except client.ApiException as err:
-                log.warning("NodeClaim %s: HTTP %s %s", (raw.get("metadata") or {}).get("name"), err.status,
-                            err.reason)
+            if (raw.get("metadata") or {}).get("name") not in registered:  # one step per claim and pass
+                writes += self._guarded(raw, lambda c: self.reconcile(c, nodes))
         return writes
+
+    def _may_register(self, claims: list[dict[str, Any]], launched: list[dict[str, Any]],
+                      nodes: Mapping[str, dict[str, Any]]) -> bool:
+        """The registration barrier: wait while a recent claim is still being launched or its Node is not Ready,
+        so they all register together. A claim older than ``REGISTRATION_BARRIER_SECONDS`` waits for nothing."""
+        young = [c for c in launched if _age(c, "Launched") < REGISTRATION_BARRIER_SECONDS]
+        if not all(_node_ready(nodes.get((c.get("status") or {}).get("nodeName") or "", {})) for c in young):
+            return False
+        # a claim created but not launched yet is launched later in this pass: its node joins the others
+        return not any(_conditions(c).get("Launched") is None and _created_age(c) < REGISTRATION_BARRIER_SECONDS
+                       for c in claims)
+
+    def _register_concurrently(self, launched: list[dict[str, Any]], nodes: Mapping[str, dict[str, Any]]
+                               ) -> set[str]:
+        """Untaint every joining Node at once rather than one after another: each millisecond between the first
+        untaint and the last is time in which the scheduler may try a pod against its still-tainted node (and
+        drop its nomination). Returns the names of the claims registered."""
+        joining = [(raw, nodes[claim_node_name(raw)]) for raw in launched if claim_node_name(raw) in nodes]
+        if len(joining) < 2:
+            return set()  # one (or none): ``reconcile`` registers it
+
+        def register(item: tuple[dict[str, Any], dict[str, Any]]) -> str | None:
+            done = self._guarded(item[0], lambda raw: self._register(raw, item[1]))
+            return str(item[0]["metadata"]["name"]) if done else None
+
+        with ThreadPoolExecutor(max_workers=min(16, len(joining))) as pool:
+            return {name for name in pool.map(register, joining) if name is not None}
+
+    @staticmethod
+    def _guarded(raw: dict[str, Any], step: Callable[[dict[str, Any]], int]) -> int:
+        """Run one claim's step; an API error is logged and retried on the next pass, not fatal to the rest."""
+        try:
+            return step(raw)
+        except client.ApiException as err:
+            log.warning("NodeClaim %s: HTTP %s %s", (raw.get("metadata") or {}).get("name"), err.status, err.reason)
+            return 0
 
     def reconcile(self, raw: dict[str, Any], nodes: Mapping[str, dict[str, Any]]) -> int:
         name = str((raw.get("metadata") or {}).get("name"))
@@ -219,6 +254,15 @@ REGISTRATION_BARRIER_SECONDS = 30.0
 def _age(raw: Mapping[str, Any], kind: str) -> float:
     """Seconds since condition ``kind`` last changed (infinite when unknown)."""
     stamp = _conditions(raw).get(kind, {}).get("lastTransitionTime")
+    try:
+        since = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+    except ValueError:
+        return float("inf")
+    return (datetime.now(UTC) - since).total_seconds()
+
+
+def _created_age(raw: Mapping[str, Any]) -> float:
+    stamp = (raw.get("metadata") or {}).get("creationTimestamp")
     try:
         since = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
     except ValueError:

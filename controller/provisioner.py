@@ -2,9 +2,11 @@
 
 Every NodeClaim records the UIDs of the pods it was planned for (annotation ``nodeplan.io/pods``). While a
 NodeClaim is in flight (not yet initialized, or initialized less than ``bind_grace`` ago) its pods are
-*covered*: they are left out of the next batch, and once its Node exists they are shown to the solver as
-already bound to it, so the capacity they will take is not offered to anyone else. A restarted controller
-reads the same annotations back from the API server, so it never launches twice for the same pods.
+*covered*: they are left out of the next batch and shown to the solver as already bound to its node, Node
+object or not, so the solver sees the claim as capacity (``solver.inflight``) with their room taken. Pods a
+later plan puts into the room left on an in-flight claim are added to its annotation, and covered the same way.
+A restarted controller reads the same annotations back from the API server, so it never launches twice for the
+same pods.
 NodeClaim names are derived from the plan (pool, offering, pod UIDs), so a retried create is a no-op.
 """
 
@@ -37,7 +39,11 @@ log = logging.getLogger(__name__)
 
 PODS_ANNOTATION = "nodeplan.io/pods"
 PRICE_ANNOTATION = "nodeplan.io/price"
+#: on a pending pod: the running node a plan put it on (setting it makes the kube-scheduler retry the pod)
+PLACED_ANNOTATION = "nodeplan.io/placed"
 GROUP, VERSION = "karpenter.sh", "v1"
+#: deleting a NodeClaim only marks it; ``controller.termination`` drains its node, then releases it
+TERMINATION_FINALIZER = "karpenter.sh/termination"
 
 
 def claim_name(nodepool: str, planned: PlannedNodeClaim, pod_uids: Iterable[str]) -> str:
@@ -60,26 +66,39 @@ def _condition_time(claim: Mapping[str, Any], kind: str) -> float | None:
     return None
 
 
+def reserving(claim: Mapping[str, Any], now: float, bind_grace: float) -> bool:
+    """Does ``claim`` still hold room for its pods? Not deleting, launch not failed, and not initialized longer
+    than ``bind_grace`` ago (by then the scheduler has had its chance to bind them)."""
+    if (claim.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    launched = [c for c in (claim.get("status") or {}).get("conditions") or [] if c.get("type") == "Launched"]
+    if launched and launched[0].get("status") == "False":
+        return False  # the launch failed: its pods need another plan
+    initialized = _condition_time(claim, "Initialized")
+    return initialized is None or now - initialized <= bind_grace
+
+
+def planned_pod_uids(claim: Mapping[str, Any]) -> list[str]:
+    try:
+        uids = json.loads(((claim.get("metadata") or {}).get("annotations") or {}).get(PODS_ANNOTATION) or "[]")
+    except json.JSONDecodeError:
+        return []
+    return [str(uid) for uid in uids]
+
+
 def covered_pods(claims: Iterable[Mapping[str, Any]], now: float, bind_grace: float) -> dict[str, str]:
-    """Pod UID → NodeClaim name for every pod an in-flight NodeClaim was launched for."""
+    """Pod UID → NodeClaim name for every pod an in-flight NodeClaim was launched (or later planned) for."""
     out: dict[str, str] = {}
     for claim in claims:
-        meta = claim.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
-            continue
-        launched = [c for c in (claim.get("status") or {}).get("conditions") or [] if c.get("type") == "Launched"]
-        if launched and launched[0].get("status") == "False":
-            continue  # the launch failed: its pods need another plan
-        initialized = _condition_time(claim, "Initialized")
-        if initialized is not None and now - initialized > bind_grace:
-            continue
-        try:
-            uids = json.loads((meta.get("annotations") or {}).get(PODS_ANNOTATION) or "[]")
-        except json.JSONDecodeError:
-            continue
-        for uid in uids:
-            out[str(uid)] = str(meta.get("name"))
+        if reserving(claim, now, bind_grace):
+            for uid in planned_pod_uids(claim):
+                out[uid] = str((claim.get("metadata") or {}).get("name"))
     return out
+
+
+def claim_node_name(claim: Mapping[str, Any]) -> str:
+    """The name the claim's Node has (or will have)."""
+    return str((claim.get("status") or {}).get("nodeName") or (claim.get("metadata") or {}).get("name"))
 
 
 def nodeclaim_body(planned: PlannedNodeClaim, nodepool: NodePool, name: str, pod_uids: Sequence[str]
@@ -119,6 +138,7 @@ def nodeclaim_body(planned: PlannedNodeClaim, nodepool: NodePool, name: str, pod
                             PRICE_ANNOTATION: f"{planned.price:.6f}"},
             "ownerReferences": [{"apiVersion": f"{GROUP}/{VERSION}", "kind": "NodePool", "name": nodepool.name,
                                  "uid": nodepool.metadata.uid}],
+            "finalizers": [TERMINATION_FINALIZER],
         },
         "spec": spec,
     }
@@ -135,6 +155,8 @@ class BatchRecord:
     claims: dict[str, PlannedNodeClaim] = field(default_factory=dict)
     #: the names this batch created (a name that already existed is in ``claims`` only)
     created: list[str] = field(default_factory=list)
+    #: in-flight NodeClaim name → pods of this batch the plan put on it
+    joined: dict[str, list[str]] = field(default_factory=dict)
     solve_seconds: float = 0.0
 
 
@@ -181,8 +203,8 @@ class Provisioner:
     def snapshot_objects(self, batch: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
         claims = self._cache.items("NodeClaim")
         covered = covered_pods(claims, self._clock(), self._options.bind_grace)
+        node_of = {str((c.get("metadata") or {}).get("name")): claim_node_name(c) for c in claims}
         nodes = self._cache.items("Node")
-        node_names = {(n.get("metadata") or {}).get("name") for n in nodes}
         pods: list[dict[str, Any]] = []
         for pod in self._cache.items("Pod"):
             if is_terminal(pod):
@@ -194,9 +216,11 @@ class Provisioner:
                 pods.append(pod)
                 continue
             claim = covered.get((pod.get("metadata") or {}).get("uid", ""))
-            if claim is not None and claim in node_names:
+            if claim is not None:
+                # already placed on its claim's node, whether that Node has joined yet or not: the solver counts
+                # an in-flight NodeClaim as capacity (``solver.inflight``), less what these pods will take
                 reserved = copy.deepcopy(pod)
-                reserved.setdefault("spec", {})["nodeName"] = claim
+                reserved.setdefault("spec", {})["nodeName"] = node_of[claim]
                 pods.append(reserved)
         return [*self.valid_nodepools(), *nodes, *claims, *self._cache.items("DaemonSet"), *pods]
 
@@ -229,8 +253,56 @@ class Provisioner:
             if created is not None:
                 self._cache.upsert("NodeClaim", created)
                 record.created.append(body["metadata"]["name"])
+        self._join_inflight(plan, uid_of, record)
+        self._mark_placed(plan, batch, set(record.joined))
         self.history.append(record)
         return record
+
+    def _mark_placed(self, plan: ProvisioningPlan, batch: Mapping[str, dict[str, Any]], joined: set[str]) -> None:
+        """Annotate pods the plan put into room left on a running node (annotation ``nodeplan.io/placed``).
+        The kube-scheduler keeps a pod it found no room for aside until a cluster event suggests it may fit now
+        (or five minutes pass); room freed by another pod's nomination moving elsewhere is no such event. A
+        change to the pod itself is: the scheduler retries it at once and binds it into that room."""
+        unregistered = {claim_node_name(c) for c in self._cache.items("NodeClaim")
+                        if str((c.get("metadata") or {}).get("name")) in joined and _condition_time(c, "Registered")
+                        is None}
+        for assignment in plan.existing_nodes:
+            if assignment.name in unregistered:
+                continue  # its node's untainting makes the scheduler retry them (nominated to it by the lifecycle)
+            for key in assignment.pods:
+                meta = (batch.get(key) or {}).get("metadata") or {}
+                if not meta or (meta.get("annotations") or {}).get(PLACED_ANNOTATION) == assignment.name:
+                    continue
+                try:
+                    self._core.patch_namespaced_pod(str(meta.get("name")), str(meta.get("namespace")),
+                                                    {"metadata": {"annotations": {PLACED_ANNOTATION: assignment.name}}})
+                except client.ApiException as err:
+                    if err.status not in (404, 409, 422):
+                        raise
+
+    def _join_inflight(self, plan: ProvisioningPlan, uid_of: Mapping[str, str], record: BatchRecord) -> None:
+        """Pods the plan put on an in-flight NodeClaim join its planned pods: covered, and nominated to its
+        node like the others, so the scheduler keeps their room there."""
+        now = self._clock()
+        inflight = {claim_node_name(c): c for c in self._cache.items("NodeClaim")
+                    if reserving(c, now, self._options.bind_grace)}
+        for assignment in plan.existing_nodes:
+            claim = inflight.get(assignment.name)
+            uids = [uid_of[k] for k in assignment.pods if k in uid_of]
+            if claim is None or not uids:
+                continue
+            name = str(claim["metadata"]["name"])
+            merged = sorted(set(planned_pod_uids(claim)) | set(uids))
+            patch = {"metadata": {"annotations": {PODS_ANNOTATION: json.dumps(merged)}}}
+            try:
+                updated = self._custom.patch_cluster_custom_object(GROUP, VERSION, "nodeclaims", name, patch)
+            except client.ApiException as err:
+                if err.status != 404:
+                    raise
+                continue  # deleted meanwhile: its pods stay pending and the next batch plans them again
+            self._cache.upsert("NodeClaim", cast(dict[str, Any], updated))
+            record.joined[name] = list(assignment.pods)
+            log.info("%d pod(s) join in-flight NodeClaim %s", len(uids), name)
 
     def _create(self, body: dict[str, Any]) -> dict[str, Any] | None:
         try:

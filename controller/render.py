@@ -7,6 +7,7 @@ from collections import defaultdict
 from rich.console import Console
 from rich.table import Table
 
+from model.disruption import DisruptionPlan
 from model.plan import ProvisioningPlan
 from model.quantity import quantity_int
 
@@ -47,3 +48,35 @@ def render_plan(plan: ProvisioningPlan, console: Console, *, compare_greedy: boo
         saving = 1 - cost.total / cost.greedy if cost.greedy else 0.0
         console.print(f"Greedy (Karpenter first-fit-decreasing): {cost.greedy:.4f} $/h — this plan saves "
                       f"{saving:.1%} ({(cost.greedy - cost.total) * 730:.2f} $/month)")
+
+
+def render_disruption(plan: DisruptionPlan, console: Console, explain: list[tuple[str, str]] | None = None) -> None:
+    """Removed nodes, replacements, cost before/after, bound, the yardstick's savings and budget use."""
+    table = Table(title="Remove")
+    for column in ("node", "NodePool", "reason", "evictions", "$/h"):
+        table.add_column(column, justify="right" if column in ("evictions", "$/h") else "left")
+    for r in plan.remove:
+        table.add_row(r.node, r.node_pool, r.reason, str(r.evictions), f"{r.price:.4f}")
+    console.print(table)
+    if plan.node_claims:
+        replacements = Table(title="Replacements")
+        for column in ("nodeClaim", "instance type", "zone", "capacity", "pods", "$/h"):
+            replacements.add_column(column, justify="right" if column in ("pods", "$/h") else "left")
+        for c in plan.node_claims:
+            replacements.add_row(c.name, c.instance_type, c.zone, c.capacity_type, str(len(c.pods)), f"{c.price:.4f}")
+        console.print(replacements)
+    cost = plan.cost
+    bound = f"   cheapest reachable {cost.lower_bound:.4f}" if cost.lower_bound is not None else ""
+    console.print(f"Cost: {cost.before:.4f} → [bold]{cost.after:.4f} $/h[/] (saves {cost.savings:.4f} $/h, "
+                  f"{cost.savings * 730:.2f} $/month){bound}   {plan.disruption.evictions} eviction(s), "
+                  f"eviction cost {plan.disruption.cost:.2f}   status {plan.solver.status} in "
+                  f"{plan.solver.wall_seconds:.2f} s")
+    if cost.yardstick_savings is not None:
+        console.print(f"Karpenter-style consolidation (one pass) would save {cost.yardstick_savings:.4f} $/h")
+    for b in plan.budgets:
+        window = f" ({b.window})" if b.window else ""
+        console.print(f"Budget {b.node_pool} [{', '.join(b.reasons)}]{window}: {b.used} of {b.allowed} used")
+    for note in plan.solver.notes:
+        console.print(f"note: {note}")
+    for name, why in explain or []:
+        console.print(f"  {name}: {why}")

@@ -19,6 +19,7 @@ from model.pod import Pod
 from model.quantity import format_quantity, quantity_int
 from model.resources import CPU, MEMORY, Resources
 from model.snapshot import Snapshot
+from solver.inflight import node_views
 
 #: Workload colours, in order of first appearance (sorted workload names); saturated so a screenshot test
 #: can find them. Colour i is PALETTE[i % len(PALETTE)].
@@ -100,18 +101,20 @@ def node_bars(plan: ProvisioningPlan, snapshot: Snapshot) -> tuple[list[NodeBar]
         meta = (f"{claim.node_pool} · {claim.instance_type} · {claim.zone} · {claim.capacity_type} · "
                 f"{claim.price:.4f} $/h")
         bars.append(NodeBar(claim.name, meta, allocatable, tuple(segments)))
-    nodes = {n.name: n for n in snapshot.nodes}
+    views = {v.node.name: v for v in node_views(snapshot)}  # in-flight NodeClaims included
     for assignment in plan.existing_nodes:
-        node = nodes.get(assignment.name)
-        if node is None:
+        view = views.get(assignment.name)
+        if view is None:
             continue
+        node = view.node
         running = Resources()
         for pod in snapshot.pods_on(node.name):
             running = running + pod.requests
         segments = _pod_segments(assignment.pods, pods, colours)
         if running:
             segments.insert(0, Segment("already running", {r: running[r] for r in RESOURCES}, RUNNING_COLOUR))
-        bars.append(NodeBar(node.name, f"existing node · {node.nodepool or 'no NodePool'} · free capacity",
+        kind = "in-flight NodeClaim" if view.inflight else "existing node"
+        bars.append(NodeBar(node.name, f"{kind} · {node.nodepool or 'no NodePool'} · free capacity",
                             {r: node.allocatable[r] for r in RESOURCES}, tuple(segments)))
     return bars, colours
 

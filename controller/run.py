@@ -1,28 +1,51 @@
-"""``nodeplan run``: the in-cluster controller. Wires the cache, the batch window, the provisioner and the
-NodeClaim lifecycle together; every piece gets its clients passed in, so tests run it in a thread."""
+"""``nodeplan run``: the in-cluster controller. Wires the cache, the batch window, the provisioner, the
+NodeClaim lifecycle, Events, metrics, health endpoints and leader election together; every piece gets its
+clients passed in, so tests run it in a thread.
+
+Start-up order: cache (every replica, so a standby is warm and ready), HTTP endpoints, then — when leader
+election is on — wait for the Lease; only the leader runs the provisioning and lifecycle loops. Losing the
+Lease stops both loops and ``run`` returns with ``lost_leadership`` set (the CLI exits 1 and Kubernetes
+restarts the pod as a fresh candidate, as controller-runtime does); a stop request finishes the current
+step, then releases the Lease.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 import threading
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
 
+from controller import leader
 from controller.batch import BatchWindow
 from controller.cache import ClusterCache, resources
-from controller.lifecycle import Lifecycle
+from controller.disruption import DisruptionOptions, for_controller, pdb_resource
+from controller.events import EventRecorder
+from controller.health import Endpoints, Servers
+from controller.leader import KubeLeaseStore, LeaderElector
+from controller.lifecycle import Launcher, Lifecycle
+from controller.metrics import CONTROLLER, Metrics
+from controller.nodepool_status import NodePoolStatusWriter
 from controller.offerings import UnavailableOfferings
-from controller.provisioner import Provisioner, ProvisionerOptions
+from controller.provisioner import BatchRecord, Provisioner, ProvisionerOptions
+from model import labels as wk
 from model.instancetype import InstanceType
+from model.nodepool import NodeClaim
 from providers.kwok import kwok_catalog
 from providers.kwok_nodes import KwokProvider
 
 log = logging.getLogger(__name__)
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 @dataclass
@@ -32,6 +55,22 @@ class ControllerOptions:
     #: lifecycle re-checks every NodeClaim at least this often even without events
     resync: float = 5.0
     provisioner: ProvisionerOptions = field(default_factory=ProvisionerOptions)
+    #: consolidation (``controller.disruption``): interval, solve time limit, validation wait; ``enabled``
+    disruption: DisruptionOptions = field(default_factory=DisruptionOptions)
+    #: HTTP ports (None: not served; 0: any free port, see ``Controller.ports``); equal ports share one listener
+    metrics_port: int | None = None
+    health_port: int | None = None
+    bind_address: str = "0.0.0.0"
+    leader_elect: bool = False
+    lease_namespace: str = "default"
+    lease_name: str = leader.DEFAULT_LEASE_NAME
+    #: this replica's name in the Lease (default: hostname, i.e. the pod name, plus a random suffix)
+    identity: str = ""
+    lease_duration: float = leader.LEASE_DURATION
+    renew_deadline: float = leader.RENEW_DEADLINE
+    retry_period: float = leader.RETRY_PERIOD
+    #: an identical Event (object, reason, message) is sent at most once per this many seconds
+    event_dedup_window: float = 120.0
 
 
 def api_client(kubeconfig: str | None = None) -> client.ApiClient:
@@ -48,63 +87,222 @@ def api_client(kubeconfig: str | None = None) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
+def in_cluster() -> bool:
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and SERVICE_ACCOUNT_NAMESPACE.exists()
+
+
+def own_namespace() -> str:
+    """Where the leader-election Lease lives: $POD_NAMESPACE, else the service account's, else ``default``."""
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or "default"
+    except OSError:
+        return "default"
+
+
+class ObservedLauncher:
+    """The provider, with an Event on the NodeClaim for every launch and a metric for every failed call."""
+
+    def __init__(self, inner: Launcher, events: EventRecorder, metrics: Metrics, provider: str = "kwok") -> None:
+        self._inner, self._events, self._metrics, self._provider = inner, events, metrics, provider
+
+    def _raw(self, claim: NodeClaim) -> dict[str, Any]:
+        return {"kind": "NodeClaim", "apiVersion": claim.api_version,
+                "metadata": {"name": claim.name, "uid": claim.metadata.uid}}
+
+    def create(self, claim: NodeClaim) -> dict[str, Any]:
+        try:
+            node = self._inner.create(claim)
+        except Exception as err:
+            self._metrics.cloudprovider_errors.labels("nodeclaim.lifecycle", "Create", self._provider,
+                                                      type(err).__name__).inc()
+            self._events.warning(self._raw(claim), "LaunchFailed", f"Failed to launch: {err}")
+            raise
+        labels = claim.metadata.labels
+        self._events.normal(self._raw(claim), "Launched",
+                            f"Launched {labels.get(wk.INSTANCE_TYPE, '?')} in {labels.get(wk.ZONE, '?')} "
+                            f"({labels.get(wk.CAPACITY_TYPE, '?')}) as node {node['metadata']['name']}")
+        return node
+
+    def delete(self, claim: NodeClaim) -> None:
+        try:
+            self._inner.delete(claim)
+        except Exception as err:
+            self._metrics.cloudprovider_errors.labels("nodeclaim.termination", "Delete", self._provider,
+                                                      type(err).__name__).inc()
+            raise
+
+
 class Controller:
     def __init__(self, api: client.ApiClient, options: ControllerOptions | None = None,
                  catalog: Sequence[InstanceType] | None = None) -> None:
         self.options = options or ControllerOptions()
+        self.identity = self.options.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
         catalog = tuple(catalog if catalog is not None else kwok_catalog())
-        self.cache = ClusterCache(resources(api))
+        self.cache = ClusterCache({**resources(api), "PodDisruptionBudget": pdb_resource(api)})
+        self.synced = threading.Event()
+        self.metrics = Metrics(self.cache, self.synced.is_set)
+        self.events = EventRecorder(api, instance=self.identity, dedup_window=self.options.event_dedup_window)
+        self.events.on_record = lambda kind, reason: self.metrics.events.labels(kind, reason).inc()
         self.unavailable = UnavailableOfferings()
         self.provisioner = Provisioner(api, self.cache, catalog, self.options.provisioner,
                                        unavailable=self.unavailable)
-        self.lifecycle = Lifecycle(api, self.cache, KwokProvider(api, catalog),
-                                   bind_grace=self.options.provisioner.bind_grace, unavailable=self.unavailable)
+        self.launcher = ObservedLauncher(KwokProvider(api, catalog), self.events, self.metrics)
+        self.lifecycle = Lifecycle(api, self.cache, self.launcher, bind_grace=self.options.provisioner.bind_grace,
+                                   unavailable=self.unavailable)
+        self.nodepool_status = NodePoolStatusWriter(api, self.cache, self.events)
+        self.disruption = for_controller(api, self.cache, self.provisioner, catalog, self.unavailable, self.events,
+                                         self.metrics, self.options.disruption)
         self.window = BatchWindow(self.options.batch_idle, self.options.batch_max)
+        self.elector: LeaderElector | None = None
+        if self.options.leader_elect:
+            self.elector = LeaderElector(
+                KubeLeaseStore(api, self.options.lease_namespace, self.options.lease_name), self.identity,
+                lease_duration=self.options.lease_duration, renew_deadline=self.options.renew_deadline,
+                retry_period=self.options.retry_period)
         self.stopped = threading.Event()
+        #: set when the HTTP endpoints listen (``ports`` is filled then)
+        self.serving = threading.Event()
+        self.ports: dict[str, int] = {}
+        self.lost_leadership = False
+        #: set when a worker loop died of an unexpected exception (``run`` then returns; the CLI exits 1)
+        self.crashed = False
         self.errors: list[str] = []
+        self._halt = threading.Event()
+        self._ticks: dict[str, float] = {}
+        self._claims_seen: dict[str, str] | None = None
 
+    # -- probes -------------------------------------------------------------------------------------------
+    @property
+    def leading(self) -> bool:
+        return self.elector is None or self.elector.leading
+
+    def healthy(self) -> tuple[bool, str]:
+        """Live unless a worker loop has not come round for a long time (a wedged solve or API call)."""
+        stall = max(120.0, 4 * self.options.provisioner.solve_time_limit)
+        now = time.monotonic()
+        stuck = [name for name, tick in self._ticks.items() if now - tick > stall]
+        if stuck:
+            return False, f"{', '.join(sorted(stuck))} loop stalled for more than {stall:.0f}s"
+        return True, "leader" if self.leading and self.synced.is_set() else "running"
+
+    def ready(self) -> tuple[bool, str]:
+        if not self.synced.is_set():
+            return False, "cache not synced"
+        return True, "cache synced; " + ("leader" if self.leading else "standby, waiting for the Lease")
+
+    # -- running ------------------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
-        """Run until ``stop`` is set; returns after the worker threads have finished their current step."""
+        """Run until ``stop`` is set or leadership is lost; returns once the worker loops have finished."""
+        servers = self._serve()
         self.cache.start()
+        self.events.start()
+        elector_thread: threading.Thread | None = None
+        elector_stop = threading.Event()
+        workers: list[threading.Thread] = []
         try:
             while not self.cache.wait_synced(5.0):
                 if stop.is_set():
                     return
                 log.info("waiting for the cache to sync (are the CRDs installed?)")
-            log.info("cache synced; controller running")
-            lifecycle = threading.Thread(target=self._lifecycle_loop, args=(stop,), name="lifecycle", daemon=True)
-            lifecycle.start()
-            self._provisioning_loop(stop)
-            lifecycle.join(10.0)
+            self.synced.set()
+            log.info("cache synced")
+            if self.elector is not None:
+                # its own stop: it keeps renewing until the workers have finished, then the Lease is released
+                elector_thread = threading.Thread(target=self.elector.run, args=(elector_stop,),
+                                                  name="leader-election", daemon=True)
+                elector_thread.start()
+                log.info("waiting to acquire Lease %s/%s as %s", self.options.lease_namespace,
+                         self.options.lease_name, self.identity)
+                while not stop.is_set() and not self.elector.leading:
+                    stop.wait(0.1)
+                if stop.is_set():
+                    return
+            self.metrics.leader.set(1)
+            log.info("controller running")
+            workers = [threading.Thread(target=self._guard, args=(loop,), name=name, daemon=True)
+                       for name, loop in (("provisioning", self._provisioning_loop),
+                                          ("lifecycle", self._lifecycle_loop),
+                                          ("disruption", self._disruption_loop))
+                       if name != "disruption" or self.options.disruption.enabled]
+            for worker in workers:
+                worker.start()
+            while not stop.is_set() and not self._halt.is_set():
+                if self.elector is not None and self.elector.lost.is_set():
+                    self.lost_leadership = True
+                    log.error("leader election lost; stopping work")
+                    break
+                stop.wait(0.1)
         finally:
+            self._halt.set()
+            for worker in workers:
+                worker.join(30.0)
+            self.metrics.leader.set(0)
+            elector_stop.set()
+            if elector_thread is not None:
+                elector_thread.join(10.0)
+            if self.elector is not None and not self.lost_leadership:
+                self.elector.release()
+            self.events.stop()
             self.cache.stop()
+            if servers is not None:
+                servers.stop()
             self.stopped.set()
             log.info("controller stopped")
 
-    def _provisioning_loop(self, stop: threading.Event) -> None:
+    def _serve(self) -> Servers | None:
+        if self.options.metrics_port is None and self.options.health_port is None:
+            return None
+        servers = Servers(Endpoints(self.healthy, self.ready, self.metrics.exposition),
+                          metrics_port=self.options.metrics_port, health_port=self.options.health_port,
+                          bind=self.options.bind_address)
+        servers.start()
+        self.ports = servers.ports
+        self.serving.set()
+        return servers
+
+    def _guard(self, loop: Any) -> None:
+        """A worker loop that dies stops the controller (and so the leader role) instead of idling silently."""
+        try:
+            loop()
+        except Exception as err:
+            log.exception("worker loop crashed; stopping")
+            self.errors.append(f"{type(err).__name__}: {err}")
+            self.crashed = True
+            self._halt.set()
+
+    def _provisioning_loop(self) -> None:
         generation = -1
         pools_version = ""
-        while not stop.is_set():
+        while not self._halt.is_set():
+            self._ticks["provisioning"] = time.monotonic()
             deadline = self.window.deadline()
             timeout = 1.0 if deadline is None else max(0.01, min(1.0, deadline - time.monotonic()))
             generation = self.cache.wait_for_change(generation, timeout)
-            pools = ",".join(sorted(str((p.get("metadata") or {}).get("resourceVersion"))
-                                    for p in self.cache.items("NodePool")))
+            # spec changes only (metadata.generation): our own status writes must not reopen every batch
+            pools = ",".join(sorted(_spec_version(p) for p in self.cache.items("NodePool")))
             if pools != pools_version:
                 pools_version = pools
                 self.window.forget()
             pending = self.provisioner.pending()
+            self.metrics.queue_depth.labels(CONTROLLER).set(len(pending))
             self.window.observe({k: str((p.get("metadata") or {}).get("resourceVersion")) for k, p in pending.items()},
                                 time.monotonic())
             if not self.window.ready(time.monotonic()):
                 continue
+            if not self.leading:
+                return  # the Lease was lost since the last step: no new NodeClaims from this replica
+            started = time.monotonic()
             try:
                 record = self.provisioner.provision(pending)
             except Exception as err:
                 log.exception("provisioning failed; retrying the batch")
                 self.errors.append(f"{type(err).__name__}: {err}")
-                stop.wait(1.0)
+                self._halt.wait(1.0)
                 continue
+            self.metrics.scheduling_duration.labels(CONTROLLER).observe(time.monotonic() - started)
+            self._observe_batch(record, pending)
             # pods the plan could not place, or placed in room left on existing nodes (the scheduler binds
             # them there), reopen the window only once they change (e.g. the scheduler reports them again)
             unplaced = {item.pod for item in record.plan.unschedulable}
@@ -112,16 +310,81 @@ class Controller:
             self.window.close({k: str((p.get("metadata") or {}).get("resourceVersion"))
                                for k, p in pending.items() if k in unplaced})
 
-    def _lifecycle_loop(self, stop: threading.Event) -> None:
+    def _observe_batch(self, record: BatchRecord, pending: Mapping[str, dict[str, Any]]) -> None:
+        """Metrics and Events for one solved batch: what was created, where each pod should go, and why a pod
+        cannot go anywhere."""
+        plan = record.plan
+        self.metrics.batches.labels(plan.solver.status).inc()
+        self.metrics.unschedulable.labels(CONTROLLER).set(len(plan.unschedulable))
+        self.metrics.plan_cost.set(plan.cost.total)
+        self.metrics.plan_lower_bound.set(plan.cost.lower_bound)
+        for name in record.created:
+            planned = record.claims[name]
+            self.metrics.nodeclaims_created.labels("provisioning", planned.node_pool, planned.instance_type,
+                                                   planned.capacity_type, planned.zone).inc()
+        for name, planned in record.claims.items():
+            for key in planned.pods:
+                if key in pending:
+                    self.events.normal(pending[key], "Nominated", f"Pod should schedule on: nodeclaim/{name}")
+        for node in plan.existing_nodes:
+            for key in node.pods:
+                if key in pending:
+                    self.events.normal(pending[key], "Nominated", f"Pod should schedule on: node/{node.name}")
+        for item in plan.unschedulable:
+            if item.pod in pending:
+                self.events.warning(pending[item.pod], "FailedScheduling", f"Failed to schedule pod: {item.reason}")
+
+    def _disruption_loop(self) -> None:
+        """Consolidation passes (``controller.disruption``); a failed pass is logged and retried, not fatal."""
+        def heartbeat() -> None:
+            self._ticks["disruption"] = time.monotonic()
+
+        self.disruption.run(self._halt, heartbeat, lambda err: self.errors.append(f"{type(err).__name__}: {err}"))
+
+    def _lifecycle_loop(self) -> None:
         generation = -1
-        while not stop.is_set():
-            generation = self.cache.wait_for_change(generation, self.options.resync)
+        while not self._halt.is_set():
+            self._ticks["lifecycle"] = time.monotonic()
+            generation = self._wait_for_change(generation, self.options.resync)
+            if self._halt.is_set():
+                return
             try:
                 self.lifecycle.reconcile_all()
+                self.nodepool_status.reconcile()
+                self.metrics.nodepools_invalid.set(len(self.nodepool_status.invalid))
+                self._count_terminated()
             except Exception as err:
                 log.exception("NodeClaim lifecycle pass failed")
                 self.errors.append(f"{type(err).__name__}: {err}")
-                stop.wait(1.0)
+                self._halt.wait(1.0)
+
+    def _wait_for_change(self, generation: int, timeout: float) -> int:
+        """The cache's wait, in short slices so a stop (or a lost Lease) is noticed within half a second."""
+        deadline = time.monotonic() + timeout
+        while not self._halt.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return generation
+            changed = self.cache.wait_for_change(generation, min(0.5, remaining))
+            if changed != generation:
+                return changed
+        return generation
+
+    def _count_terminated(self) -> None:
+        """NodeClaims that were in the cache last pass and are gone now were terminated."""
+        current = {str((c.get("metadata") or {}).get("name")):
+                   ((c.get("metadata") or {}).get("labels") or {}).get(wk.NODEPOOL, "")
+                   for c in self.cache.items("NodeClaim")}
+        if self._claims_seen is not None:
+            for name, pool in self._claims_seen.items():
+                if name not in current:
+                    self.metrics.nodeclaims_terminated.labels(pool).inc()
+        self._claims_seen = current
+
+
+def _spec_version(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('name')}@{meta.get('generation') or meta.get('resourceVersion')}"
 
 
 class JsonFormatter(logging.Formatter):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 from pathlib import Path
@@ -9,13 +10,36 @@ from types import FrameType
 from typing import Annotated
 
 import typer
+from kubernetes import client, config
+from urllib3.exceptions import HTTPError
 
-from controller import crds
+from controller import crds, permissions
+from controller.disruption import DisruptionOptions
 from controller.provisioner import ProvisionerOptions
-from controller.run import Controller, ControllerOptions, api_client, configure_logging
+from controller.run import Controller, ControllerOptions, api_client, configure_logging, in_cluster, own_namespace
 from model.errors import InputError
 from providers.catalog_file import load_catalog
 from providers.kwok import kwok_catalog
+
+log = logging.getLogger(__name__)
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(2)
+
+
+def preflight(api: client.ApiClient, namespace: str, leader_elect: bool) -> None:
+    """Every permission the controller uses, checked before anything starts: one line and exit 2 otherwise."""
+    try:
+        missing = permissions.check(api, namespace, leases=leader_elect)
+    except client.ApiException as err:
+        raise _fail(f"the API server refused the permission check: HTTP {err.status} {err.reason}") from None
+    except (HTTPError, OSError) as err:
+        detail = str(getattr(err, "reason", None) or err).rsplit(": ", 1)[-1].strip("()'\" ")
+        raise _fail(f"cannot reach the API server at {api.configuration.host}: {detail}") from None
+    if missing:
+        raise _fail(str(permissions.MissingPermissions(missing)))
 
 
 def run_cmd(
@@ -31,24 +55,60 @@ def run_cmd(
                                                     help="Seconds the solver may spend on one batch.")] = 10.0,
     bind_grace: Annotated[float, typer.Option("--bind-grace", min=0.0, help="Seconds after a NodeClaim is "
                                               "initialized during which its pods stay reserved for it.")] = 15.0,
+    metrics_port: Annotated[int, typer.Option("--metrics-port", min=0, max=65535, help="Serve Prometheus "
+                                              "/metrics here (0: any free port).")] = 8080,
+    health_port: Annotated[int, typer.Option("--health-port", min=0, max=65535, help="Serve /healthz and /readyz "
+                                             "here (may equal --metrics-port).")] = 8081,
+    bind_address: Annotated[str, typer.Option("--bind-address", help="Address the HTTP endpoints listen on.")
+                            ] = "0.0.0.0",
+    leader_elect: Annotated[bool | None, typer.Option("--leader-elect/--no-leader-elect", help="Provision only "
+                                                      "while holding a Lease (default: on in-cluster, off with "
+                                                      "--kubeconfig).", show_default=False)] = None,
+    leader_election_namespace: Annotated[str | None, typer.Option(
+        "--leader-election-namespace", help="Namespace of the Lease (default: $POD_NAMESPACE, else the service "
+        "account's, else default).", show_default=False)] = None,
+    leader_election_name: Annotated[str, typer.Option("--leader-election-name", help="Name of the Lease.")
+                                    ] = "nodeplan-leader-election",
+    consolidation: Annotated[bool, typer.Option("--consolidation/--no-consolidation", help="Remove and replace "
+                                                "nodes to lower cost when the cluster is quiet.")] = True,
+    consolidation_interval: Annotated[float, typer.Option("--consolidation-interval", min=0.1, help="Seconds "
+                                                          "between consolidation passes.")] = 10.0,
+    consolidation_time_limit: Annotated[float, typer.Option("--consolidation-time-limit", min=0.5, help="Seconds "
+                                                            "the solver may spend on one consolidation decision.")
+                                        ] = 15.0,
+    consolidation_validation_wait: Annotated[float, typer.Option(
+        "--consolidation-validation-wait", min=0.0, help="Seconds between a consolidation decision and its "
+        "re-check against the cluster (Karpenter: 15).")] = 15.0,
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run the provisioning controller until SIGINT / SIGTERM (JSON logs on stderr).
 
-    Example: nodeplan run --kubeconfig /tmp/nodeplan-cluster/kubeconfig
+    Checks every RBAC permission it needs first (exit 2 naming what is missing). Exit 1 if leadership is lost
+    or a worker loop crashed (Kubernetes restarts the pod).
+
+    Example: nodeplan run --kubeconfig /tmp/nodeplan-cluster/kubeconfig --metrics-port 0 --health-port 0
     """
     if batch_max < batch_idle:
-        typer.echo("error: --batch-max must be at least --batch-idle", err=True)
-        raise typer.Exit(2)
+        raise _fail("--batch-max must be at least --batch-idle")
     try:
         instance_types = load_catalog(catalog) if catalog else kwok_catalog()
     except InputError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+        raise _fail(str(err)) from None
+    try:
+        api = api_client(str(kubeconfig) if kubeconfig else None)
+    except (config.ConfigException, OSError, ValueError) as err:
+        raise _fail(f"unusable kubeconfig: {err}") from None
+    elect = leader_elect if leader_elect is not None else (kubeconfig is None and in_cluster())
+    namespace = leader_election_namespace or own_namespace()
+    preflight(api, namespace, elect)
     configure_logging(log_level)
     options = ControllerOptions(batch_idle=batch_idle, batch_max=batch_max, provisioner=ProvisionerOptions(
-        solve_time_limit=solve_time_limit, bind_grace=bind_grace))
-    controller = Controller(api_client(str(kubeconfig) if kubeconfig else None), options, instance_types)
+        solve_time_limit=solve_time_limit, bind_grace=bind_grace), metrics_port=metrics_port,
+        health_port=health_port, bind_address=bind_address, leader_elect=elect, lease_namespace=namespace,
+        lease_name=leader_election_name, disruption=DisruptionOptions(
+            enabled=consolidation, interval=consolidation_interval, time_limit=consolidation_time_limit,
+            validation_wait=consolidation_validation_wait))
+    controller = Controller(api, options, instance_types)
     stop = threading.Event()
 
     def shutdown(signum: int, frame: FrameType | None) -> None:
@@ -56,7 +116,12 @@ def run_cmd(
 
     signal.signal(signal.SIGTERM, shutdown)
     signal.signal(signal.SIGINT, shutdown)
-    controller.run(stop)
+    try:
+        controller.run(stop)
+    except OSError as err:  # the HTTP endpoints bind before anything else starts: a port in use
+        raise _fail(f"cannot listen on {bind_address}: {err}") from None
+    if controller.lost_leadership or controller.crashed:
+        raise typer.Exit(1)
 
 
 def crds_cmd(

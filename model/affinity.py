@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from model.errors import InputError
 from model.fields import RawObject
-from model.requirements import Requirement
+from model.requirements import Requirement, label_key_problem
 
 _SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
 
@@ -28,12 +28,42 @@ class LabelSelector(BaseModel):
         obj = RawObject(raw)
         expressions = tuple(obj.parse_each("matchExpressions",
                                            lambda r: Requirement.parse(r, allowed=_SELECTOR_OPERATORS)))
-        return cls(match_labels=tuple(sorted(obj.string_map("matchLabels").items())),
-                   match_expressions=expressions)
+        match_labels = obj.string_map("matchLabels")
+        for key in match_labels:
+            problem = label_key_problem(key)
+            if problem:
+                raise InputError(problem, field=f"matchLabels.{key}")
+        return cls(match_labels=tuple(sorted(match_labels.items())), match_expressions=expressions)
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         return all(labels.get(k) == v for k, v in self.match_labels) and all(
             req.matches(labels) for req in self.match_expressions)
+
+    def describe(self) -> str:
+        """``app=cache, tier In [a, b]``: how explanations name the pods a rule selects."""
+        parts = [f"{k}={v}" for k, v in self.match_labels] + [r.describe() for r in self.match_expressions]
+        return ", ".join(parts) or "every pod"
+
+
+def _topology_key(obj: RawObject) -> str:
+    key = obj.str("topologyKey")
+    if not key:
+        raise InputError("topologyKey is required", field="topologyKey")
+    problem = label_key_problem(key)
+    if problem:
+        raise InputError(problem, field="topologyKey")
+    return key
+
+
+def _label_keys(obj: RawObject, field: str) -> tuple[str, ...]:
+    raw = obj.data.get(field) or []
+    if not isinstance(raw, list):
+        raise InputError("expected a list of label keys", field=field)
+    for i, key in enumerate(raw):
+        problem = label_key_problem(str(key))
+        if problem:
+            raise InputError(problem, field=f"{field}[{i}]")
+    return tuple(str(k) for k in raw)
 
 
 class PodAffinityTerm(BaseModel):
@@ -52,9 +82,7 @@ class PodAffinityTerm(BaseModel):
     @classmethod
     def parse(cls, raw: Any, weight: int = 0) -> PodAffinityTerm:
         obj = RawObject(raw)
-        topology_key = obj.str("topologyKey")
-        if not topology_key:
-            raise InputError("topologyKey is required", field="topologyKey")
+        topology_key = _topology_key(obj)
         selector = obj.parse("labelSelector", LabelSelector.parse) if obj.data.get("labelSelector") is not None \
             else None
         ns_selector = obj.parse("namespaceSelector", LabelSelector.parse) \
@@ -62,8 +90,8 @@ class PodAffinityTerm(BaseModel):
         return cls(selector=selector, topology_key=topology_key,
                    namespaces=tuple(str(n) for n in obj.data.get("namespaces") or ()),
                    namespace_selector=ns_selector,
-                   match_label_keys=tuple(str(k) for k in obj.data.get("matchLabelKeys") or ()),
-                   mismatch_label_keys=tuple(str(k) for k in obj.data.get("mismatchLabelKeys") or ()),
+                   match_label_keys=_label_keys(obj, "matchLabelKeys"),
+                   mismatch_label_keys=_label_keys(obj, "mismatchLabelKeys"),
                    weight=weight)
 
     def selects(self, owner_namespace: str, owner_labels: Mapping[str, str], namespace: str,
@@ -100,15 +128,21 @@ class TopologySpreadConstraint(BaseModel):
     node_taints_policy: Literal["Honor", "Ignore"] = "Ignore"
     match_label_keys: tuple[str, ...] = ()
 
+    def selector_for(self, labels: Mapping[str, str]) -> LabelSelector | None:
+        """The selector counting pods for a pod with these labels: ``matchLabelKeys`` add key=value of the
+        pod's own labels (keys it lacks are ignored), as Kubernetes merges them into the selector."""
+        if self.selector is None or not self.match_label_keys:
+            return self.selector
+        extra = tuple((k, labels[k]) for k in self.match_label_keys if k in labels)
+        return self.selector.model_copy(update={"match_labels": tuple(sorted(self.selector.match_labels + extra))})
+
     @classmethod
     def parse(cls, raw: Any) -> TopologySpreadConstraint:
         obj = RawObject(raw)
         max_skew = obj.int("maxSkew")
         if max_skew is None or max_skew < 1:
             raise InputError("maxSkew must be a positive integer", field="maxSkew")
-        key = obj.str("topologyKey")
-        if not key:
-            raise InputError("topologyKey is required", field="topologyKey")
+        key = _topology_key(obj)
         when = obj.str("whenUnsatisfiable")
         if when not in ("DoNotSchedule", "ScheduleAnyway"):
             raise InputError(f"unknown whenUnsatisfiable {when!r}", field="whenUnsatisfiable")
@@ -124,7 +158,7 @@ class TopologySpreadConstraint(BaseModel):
                 policies["node_affinity_policy" if field == "nodeAffinityPolicy" else "node_taints_policy"] = value
         selector = obj.parse("labelSelector", LabelSelector.parse) if obj.data.get("labelSelector") is not None \
             else None
-        label_keys = tuple(str(k) for k in obj.data.get("matchLabelKeys") or ())
+        label_keys = _label_keys(obj, "matchLabelKeys")
         return cls(max_skew=max_skew, topology_key=key, when_unsatisfiable=when, selector=selector,
                    min_domains=min_domains, match_label_keys=label_keys, **policies)
 

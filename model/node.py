@@ -26,6 +26,7 @@ class Node(BaseModel):
     ready: bool = True
     deleting: bool = False
     provider_id: str = ""
+    created: str = ""
 
     @property
     def nodepool(self) -> str:
@@ -48,4 +49,5 @@ class Node(BaseModel):
             ready=conditions.get("Ready", "True") == "True",
             deleting=bool(meta.str("deletionTimestamp")),
             provider_id=spec.str("providerID"),
+            created=meta.str("creationTimestamp"),
         )

@@ -125,9 +125,19 @@ class Pod(BaseModel):
     volume_terms: tuple[tuple[Requirements, ...], ...] = ()
     #: why the pod's volumes keep it from any node (an unbound Immediate claim, a missing claim)
     volume_problem: str = ""
-    #: set by the solver, never by parsing: the zone a zone-level rule assigned it, or why none is left
+    #: set by the solver, never by parsing: the zone a zone-level rule assigned it
     zone_pin: str = ""
-    zone_problem: str = ""
+    #: set by the solver: node requirements pod-to-pod rules derive (affinity to running pods, domain pins
+    #: on other topology keys); each group's alternatives are ORed, groups are ANDed, like ``volume_terms``
+    rule_terms: tuple[tuple[Requirements, ...], ...] = ()
+    #: set by the solver: the rule behind each of ``rule_terms``, for explanations
+    rule_reasons: tuple[str, ...] = ()
+    #: set by the solver: why a pod-to-pod rule leaves the pod no node at all
+    rule_problem: str = ""
+    #: consolidation reads these: metadata.creationTimestamp, status.startTime, status.nominatedNodeName
+    created: str = ""
+    started: str = ""
+    nominated_node: str = ""
 
     @property
     def key(self) -> str:
@@ -149,13 +159,13 @@ class Pod(BaseModel):
     def node_requirements(self) -> tuple[Requirements, ...]:
         """Alternatives the node's labels must satisfy: nodeSelector AND (term1 OR term2 OR ...), AND each
         volume's topology (its own ORed terms)."""
-        if self.volume_problem or self.zone_problem:
+        if self.volume_problem or self.rule_problem:
             return (Requirements.never(),)
         selector = Requirements.from_labels(self.node_selector)
         if self.zone_pin:
             selector = selector & Requirements.from_labels({"topology.kubernetes.io/zone": self.zone_pin})
         alternatives = [selector & term for term in self.required_terms] or [selector]
-        for group in self.volume_terms:
+        for group in self.volume_terms + self.rule_terms:
             alternatives = [alt & term for alt in alternatives for term in group]
         return tuple(alternatives)
 
@@ -216,5 +226,8 @@ class Pod(BaseModel):
             owner_kind=controller.str("kind") if controller else "",
             owner_name=controller.str("name") if controller else "",
             deleting=bool(meta.str("deletionTimestamp")),
+            created=meta.str("creationTimestamp"),
+            started=obj.obj("status").str("startTime"),
+            nominated_node=obj.obj("status").str("nominatedNodeName"),
             **cls.parse_spec(spec),
         )

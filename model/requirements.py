@@ -23,6 +23,20 @@ NODEPOOL_OPERATORS: frozenset[str] = NODE_AFFINITY_OPERATORS | {"Gte", "Lte"}
 
 
 _INTEGER = re.compile(r"^[+-]?[0-9]+$")
+_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def label_key_problem(key: str) -> str | None:
+    """Why ``key`` is not a valid label key (Kubernetes' qualified name: an optional DNS-subdomain prefix
+    of at most 253 characters and ``/``, then a name of at most 63), or None when it is."""
+    prefix, _, name = key.rpartition("/")
+    if "/" in key and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return f"invalid label key {key!r}: the prefix must be a DNS subdomain"
+    if not name or len(name) > 63 or not _NAME.match(name):
+        return (f"invalid label key {key!r}: the name must be at most 63 characters, alphanumerics, "
+                "'-', '_' or '.', starting and ending with an alphanumeric")
+    return None
 
 
 def _as_int(value: str) -> int | None:
@@ -51,6 +65,9 @@ class Requirement(BaseModel):
         key = raw.get("key")
         if not isinstance(key, str) or not key:
             raise InputError("key is required", field="key")
+        problem = label_key_problem(key)
+        if problem:
+            raise InputError(problem, field="key")
         op = raw.get("operator")
         if op not in allowed:
             raise InputError(f"unknown operator {op!r}; expected one of {', '.join(sorted(allowed))}",

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from model.affinity import LabelSelector
+from model.errors import InputError
 from model.fields import RawObject
 from model.pod import Pod
 from model.taints import Taint, Toleration, untolerated
@@ -58,28 +60,63 @@ class DaemonSet(BaseModel):
 
 
 class PodDisruptionBudget(BaseModel):
-    """A PDB: parsed now so snapshots round-trip; consolidation enforces it."""
+    """A PDB: how many of the pods it selects may be voluntarily evicted right now."""
 
     model_config = ConfigDict(frozen=True)
 
     namespace: str
     name: str
-    match_labels: dict[str, str] = {}
+    #: ``None``: the PDB has no selector and selects nothing (policy/v1); an empty selector selects all
+    selector: LabelSelector | None = None
     min_available: str | None = None
     max_unavailable: str | None = None
     disruptions_allowed: int | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def selects(self, pod: Pod) -> bool:
+        return self.selector is not None and pod.namespace == self.namespace and self.selector.matches(pod.labels)
+
+    def allowed(self, pods: Iterable[Pod]) -> int:
+        """Evictions allowed now: ``status.disruptionsAllowed`` when the snapshot has it (the disruption
+        controller's figure), else computed from the selected pods as that controller does (a percentage
+        rounds up; unhealthy = selected pods not Running)."""
+        if self.disruptions_allowed is not None:
+            return max(self.disruptions_allowed, 0)
+        selected = [p for p in pods if self.selects(p) and not p.terminal]
+        expected, healthy = len(selected), sum(1 for p in selected if p.phase == "Running" and not p.deleting)
+        if self.max_unavailable is not None:
+            desired = max(expected - _scaled(self.max_unavailable, expected), 0)
+        elif self.min_available is not None:
+            desired = _scaled(self.min_available, expected)
+        else:
+            return 0  # neither field (policy/v1 defaults none): the controller expects 0 pods and allows nothing
+        return max(healthy - desired, 0) if expected > 0 else 0
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> PodDisruptionBudget:
         obj = RawObject(raw)
         meta, spec = obj.obj("metadata"), obj.obj("spec")
+        for field in ("minAvailable", "maxUnavailable"):
+            value = spec.str(field)
+            if value and not (value.isdigit() or (value.endswith("%") and value[:-1].isdigit())):
+                raise InputError(f"expected a count or a percentage, got {value!r}", field=f"spec.{field}")
         return cls(
             namespace=meta.str("namespace", "default"), name=meta.str("name"),
-            match_labels=spec.obj("selector").string_map("matchLabels"),
+            selector=spec.parse("selector", LabelSelector.parse) if spec.data.get("selector") is not None else None,
             min_available=spec.str("minAvailable") or None,
             max_unavailable=spec.str("maxUnavailable") or None,
             disruptions_allowed=obj.obj("status").int("disruptionsAllowed"),
         )
+
+
+def _scaled(value: str, total: int) -> int:
+    """An IntOrString count: a percentage of ``total`` rounded up, or the integer itself."""
+    if value.endswith("%"):
+        return -(-int(value[:-1]) * total // 100)
+    return int(value)
 
 
 class Namespace(BaseModel):

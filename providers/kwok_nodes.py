@@ -4,7 +4,9 @@
 the plan's labels (instance type, zone, capacity type, NodePool, arch, os, hostname …), the NodePool's taints
 and startup taints, the ``karpenter.sh/unregistered:NoExecute`` taint (removed at registration), a
 ``kwok://`` providerID and the ``kwok.x-k8s.io/node: fake`` annotation that makes KWOK keep it Ready. The
-Node is owned by its NodeClaim, so deleting the NodeClaim garbage-collects the Node.
+Node is owned by its NodeClaim and carries the ``karpenter.sh/termination`` finalizer, so a Node deleted by
+anyone stays until the controller has drained it; ``delete`` (the instance going away) deletes the Node and
+releases that finalizer.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from model.resources import Resources
 from providers.protocol import InsufficientCapacityError
 
 PROVIDER_ID_PREFIX = "kwok://"
+TERMINATION_FINALIZER = "karpenter.sh/termination"
 
 
 def _single(claim: NodeClaim, key: str) -> str:
@@ -69,6 +72,7 @@ class KwokProvider:
                 "name": claim.name,
                 "labels": labels,
                 "annotations": {wk.KWOK_NODE_ANNOTATION: "fake"},
+                "finalizers": [TERMINATION_FINALIZER],
                 "ownerReferences": [{"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": claim.name,
                                      "uid": claim.metadata.uid}],
             },
@@ -94,8 +98,23 @@ class KwokProvider:
         return body
 
     def delete(self, claim: NodeClaim) -> None:
+        """Delete the claim's Node and release its finalizer (idempotent: a Node already gone is fine)."""
+        name = claim.status.node_name or claim.name
         try:
-            self._core.delete_node(claim.name)
+            self._core.delete_node(name)
+            node = self._core.read_node(name)
         except client.ApiException as err:
             if err.status != 404:
+                raise
+            return
+        finalizers = list((node.metadata.finalizers if node.metadata else None) or [])
+        if TERMINATION_FINALIZER not in finalizers:
+            return
+        patch = [{"op": "test", "path": "/metadata/finalizers", "value": finalizers},
+                 {"op": "replace", "path": "/metadata/finalizers",
+                  "value": [f for f in finalizers if f != TERMINATION_FINALIZER]}]
+        try:
+            self._core.patch_node(name, patch)
+        except client.ApiException as err:
+            if err.status not in (404, 409, 422):  # gone, or changed meanwhile (the next pass retries)
                 raise

@@ -65,12 +65,20 @@ def _dominates(a: Bin, b: Bin) -> bool:
 
 
 def _drop_dominated(bins: list[Bin]) -> list[Bin]:
+    """Keep the bins no cheaper-or-equal kept bin dominates; the cheap tests (pool, cost, capacity) run in
+    numpy over all kept bins at once, ``_dominates`` only on the few that pass them."""
     bins.sort(key=lambda b: (b.cost, -int(b.capacity.sum()), b.members[0]))
-    kept: list[Bin] = []
-    for candidate in bins:
-        if not any(_dominates(k, candidate) for k in kept):
-            kept.append(candidate)
-    return kept
+    if not bins:
+        return bins
+    pools = np.array([-1 if b.pool_index is None else b.pool_index for b in bins])
+    costs = np.array([b.cost for b in bins])
+    capacity = np.array([b.capacity for b in bins])
+    kept_mask = np.zeros(len(bins), dtype=bool)
+    for j, candidate in enumerate(bins):
+        near = kept_mask & (pools == pools[j]) & (costs <= costs[j]) & np.all(capacity >= capacity[j], axis=1)
+        if not any(_dominates(bins[i], candidate) for i in np.flatnonzero(near)):
+            kept_mask[j] = True
+    return [b for b, kept in zip(bins, kept_mask, strict=True) if kept]
 
 
 def _existing_bins(problem: Problem) -> list[Bin]:

@@ -19,10 +19,10 @@ from solver.bins import Bin
 from solver.patterns import (
     Pattern,
     complete,
+    copies_matrix,
     exact_pricing,
     fractional_upper_bound,
     greedy_pricing,
-    node_limit,
 )
 
 EPS = 1e-6
@@ -95,6 +95,10 @@ class MasterLP:
             row.SetCoefficient(u, 1.0)
             self.obj.SetCoefficient(u, float(objective.unscheduled_weight))
         self.columns: dict[Pattern, pywraplp.Variable] = {}
+        #: bin index → its pricing family (bins sorted by cost), and the bins greedy pricing visits
+        self.families: dict[int, list[int]] | None = None
+        self.sampled: list[int] = []
+        self.family_capacity: dict[int, np.ndarray] = {}
 
     def add(self, pattern: Pattern) -> bool:
         if pattern in self.columns or not any(pattern.counts):
@@ -102,9 +106,8 @@ class MasterLP:
         b = self.bins[pattern.bin]
         counts = pattern.array()
         var = self.lp.NumVar(0.0, self.lp.infinity(), f"x_{len(self.columns)}")
-        for k, a in enumerate(pattern.counts):
-            if a:
-                self.cover[k].SetCoefficient(var, float(a))
+        for k in np.flatnonzero(counts).tolist():
+            self.cover[k].SetCoefficient(var, float(counts[k]))
         if b.index in self.count_rows:
             self.count_rows[b.index].SetCoefficient(var, 1.0)
         for (pool, name), row in self.limit_rows.items():
@@ -151,20 +154,77 @@ class MasterLP:
         self.limit_rows[key].SetUb(float(max(value, 0)))
 
     def price_greedily(self, bins: list[Bin], sizes: np.ndarray, deadline: float = float("inf")) -> int:
-        """One round of heuristic pricing at the current duals; returns the columns added."""
+        """One round of heuristic pricing at the current duals; returns the columns added.
+
+        Only a geometric sample of each family's sizes is priced (``pricing_sample``); a pattern found on
+        a sampled bin moves to the cheapest bin of its family that holds it, which only lowers its
+        reduced cost. With Karpenter's 400-type catalog that prices ~90 bins a round instead of 1,200."""
         pi, mu, lam = self.duals()
+        if self.families is None:
+            self.families = pricing_families(bins)
+            self.sampled = pricing_sample(bins, self.families)
         added = 0
-        for i, b in enumerate(bins):
-            if i % 64 == 63 and time.monotonic() > deadline:
+        for n, i in enumerate(self.sampled):
+            if n % 16 == 15 and time.monotonic() > deadline:
                 break
-            values = pi - self.objective.penalties(b)
-            counts = greedy_pricing(b, sizes, values, self.demand)
-            if counts.any() and self.fixed_price(b, mu, lam) - float(values @ counts) < -EPS:
-                added += self.add(Pattern(b.index, tuple(int(c) for c in counts)))
+            counts = greedy_pricing(bins[i], sizes, pi - self.objective.penalties(bins[i]), self.demand)
+            if not counts.any():
+                continue
+            b = bins[self._cheapest_holding(bins, i, counts @ sizes)]
+            if self.fixed_price(b, mu, lam) - float((pi - self.objective.penalties(b)) @ counts) < -EPS:
+                added += self.add(Pattern(b.index, tuple(counts.tolist())))
         return added
+
+    def _cheapest_holding(self, bins: list[Bin], i: int, load: np.ndarray) -> int:
+        """The cheapest bin of ``i``'s family whose capacity holds ``load`` (``i`` itself at worst)."""
+        assert self.families is not None
+        family = self.families[i]
+        capacity = self.family_capacity.get(id(family))
+        if capacity is None:
+            capacity = np.array([bins[j].capacity for j in family])
+            self.family_capacity[id(family)] = capacity
+        hits = np.flatnonzero(np.all(capacity >= load, axis=1))
+        return family[int(hits[0])] if len(hits) else i
 
     def solution(self) -> dict[Pattern, float]:
         return {p: v.solution_value() for p, v in self.columns.items() if v.solution_value() > EPS}
+
+
+def pricing_families(bins: list[Bin]) -> dict[int, list[int]]:
+    """Bins that differ only in shape and price (same pool, admitted classes, preferences and limited
+    resources), cheapest first: a pattern found on one is valid on any member whose capacity holds it."""
+    groups: dict[tuple[object, ...], list[int]] = {}
+    for b in bins:
+        key: tuple[object, ...] = ("existing", b.index) if b.existing else (
+            b.pool_index, b.rank, b.compatible.tobytes(), b.preference.tobytes(), tuple(sorted(b.limit_use)))
+        groups.setdefault(key, []).append(b.index)
+    out: dict[int, list[int]] = {}
+    for members in groups.values():
+        members.sort(key=lambda i: (bins[i].cost, i))
+        for i in members:
+            out[i] = members
+    return out
+
+
+def pricing_sample(bins: list[Bin], families: dict[int, list[int]], step: float = 1.25,
+                   sample_above: int = 256) -> list[int]:
+    """Per family, the cheapest bin, then each bin at least ``step`` × the last one's price, and the
+    largest: sizes a pattern can then be shrunk back from (``MasterLP._cheapest_holding``). Up to
+    ``sample_above`` bins every bin is priced."""
+    if len(bins) <= sample_above:
+        return [b.index for b in bins]
+    seen: set[int] = set()
+    out: list[int] = []
+    for members in families.values():
+        if id(members) in seen:
+            continue
+        seen.add(id(members))
+        last = -1.0
+        for n, i in enumerate(members):
+            if n == 0 or n == len(members) - 1 or bins[i].cost >= last * step:
+                out.append(i)
+                last = float(bins[i].cost)
+    return sorted(out)
 
 
 def farley_bound(bins: list[Bin], lp_value: float, floors: dict[int, float]) -> float:
@@ -194,19 +254,19 @@ def seed_patterns(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, per_cl
     fill of the ``mixed`` cheapest bins per unit of capacity."""
     out = []
     ones = np.ones(len(demand))
-    for k in range(len(demand)):
-        if demand[k] <= 0:
-            continue
-        options = []
-        for b in bins:
-            if b.compatible[k]:
-                n = node_limit(b, sizes, demand, k)
-                if n > 0:
-                    options.append((b.cost / n, b.index, b, n))
-        for _, _, b, n in sorted(options, key=lambda o: (o[0], o[1]))[:per_class]:
-            counts = np.zeros(len(demand), dtype=np.int64)
-            counts[k] = n
-            out.append(Pattern(b.index, tuple(int(c) for c in counts)))
+    if bins:
+        limit = np.minimum(copies_matrix(np.array([b.capacity for b in bins]), sizes), demand[:, None])
+        limit = np.where(np.array([b.compatible for b in bins]).T, limit, 0)
+        costs = np.array([float(b.cost) for b in bins])
+        per_pod = np.where(limit > 0, costs[None, :] / np.maximum(limit, 1), np.inf)
+        for k in np.flatnonzero(demand > 0):
+            # cheapest per pod, ties by bin index (a stable sort keeps the index order)
+            for i in np.argsort(per_pod[k], kind="stable")[:per_class]:
+                if not np.isfinite(per_pod[k, i]):
+                    break
+                counts = np.zeros(len(demand), dtype=np.int64)
+                counts[k] = limit[k, i]
+                out.append(Pattern(bins[i].index, tuple(counts.tolist())))
     capacity_price = sorted(bins, key=lambda b: (b.cost / max(float(b.capacity[0]), 1.0), b.index))
     for b in capacity_price[:mixed]:
         counts = greedy_pricing(b, sizes, ones, demand)

@@ -19,12 +19,14 @@ def decode(problem: Problem, bins: list[Bin], chosen: dict[Pattern, int]) -> Pla
     # existing capacity first (free), then new nodes largest first so surplus lands on the cheap ones
     order = sorted(chosen.items(), key=lambda item: (not bins[item[0].bin].existing,
                                                      -bins[item[0].bin].cost, item[0].bin, item[0].counts))
+    units = [c.unit for c in problem.classes]
     for pattern, copies in order:
         b = bins[pattern.bin]
+        used = [(k, a * units[k]) for k, a in enumerate(pattern.counts) if a]
         for _ in range(copies):
             pods: list[Pod] = []
-            for k, a in enumerate(pattern.counts):
-                take = min(a * problem.classes[k].unit, len(queues[k]))
+            for k, want in used:
+                take = min(want, len(queues[k]))
                 pods.extend(queues[k][:take])
                 del queues[k][:take]
             if not pods:
@@ -42,27 +44,36 @@ def shrink(problem: Problem, placement: Placement) -> Placement:
     """Move each new node to the cheapest template of its pool that still holds its pods and admits
     every class on it, without using more of any NodePool limit or matching fewer preferences."""
     class_of = {pod.key: c.index for c in problem.classes for pod in c.pods}
-    by_pool: dict[str, list[int]] = {}
-    for t, tmpl in enumerate(problem.templates):
-        by_pool.setdefault(tmpl.pool.name, []).append(t)
     prices = np.array([t.price_micros for t in problem.templates], dtype=np.int64)
+    # each pool's templates cheapest first (ties by sort key): only the prefix cheaper than a node's
+    # current template is worth testing, and the first that passes is the answer
+    by_pool: dict[str, list[int]] = {}
+    for t in sorted(range(len(problem.templates)), key=lambda t: (prices[t], problem.templates[t].sort_key)):
+        by_pool.setdefault(problem.templates[t].pool.name, []).append(t)
+    pool_order = {name: np.array(ts, dtype=np.int64) for name, ts in by_pool.items()}
+    pool_prices = {name: prices[ts] for name, ts in pool_order.items()}
+    units = np.array([c.unit for c in problem.classes], dtype=np.int64)
+    limit_use: dict[str, np.ndarray] = {}
     for node in placement.new_nodes:
         current = problem.templates[node.template]
-        idx = np.array(by_pool[current.pool.name], dtype=np.int64)
-        units = np.bincount([class_of[p.key] for p in node.pods], minlength=len(problem.classes))
-        load = (units // np.array([c.unit for c in problem.classes], dtype=np.int64)) @ problem.sizes
-        ks = np.array(sorted({class_of[p.key] for p in node.pods}), dtype=np.int64)
+        order = pool_order[current.pool.name]
+        idx = order[: int(np.searchsorted(pool_prices[current.pool.name], current.price_micros, side="left"))]
+        if not len(idx):
+            continue
+        counts = np.bincount([class_of[p.key] for p in node.pods], minlength=len(problem.classes))
+        load = (counts // units) @ problem.sizes
+        ks = np.flatnonzero(counts)
         ok = np.all(problem.template_alloc[idx] >= load, axis=1) & np.all(problem.template_ok[np.ix_(ks, idx)],
                                                                             axis=0)
         # never trade away a preferred node-affinity match the node had
         had = problem.template_pref[ks, node.template][:, None]
         ok &= np.all(problem.template_pref[np.ix_(ks, idx)] >= had, axis=0)
         for name, use in current.limit_use.items():
-            ok &= np.array([problem.templates[t].limit_use.get(name, 0) <= use for t in idx])
-        candidates = idx[ok]
-        if len(candidates):
-            best = min(candidates.tolist(), key=lambda t: (prices[t], problem.templates[t].sort_key))
-            if prices[best] < current.price_micros:
-                node.template = int(best)
+            if name not in limit_use:
+                limit_use[name] = np.array([t.limit_use.get(name, 0) for t in problem.templates], dtype=np.int64)
+            ok &= limit_use[name][idx] <= use
+        hits = np.flatnonzero(ok)
+        if len(hits):
+            node.template = int(idx[hits[0]])
     placement.new_nodes.sort(key=lambda n: (problem.templates[n.template].sort_key, -len(n.pods)))
     return placement

@@ -1,6 +1,7 @@
 """Diving: turn the LP into an integer plan by committing nodes one LP re-solve at a time.
 
-Each round commits ⌊x*⌋ copies of every LP pattern (or, when none reaches one, one copy of the largest),
+Each round commits ⌊x*⌋ copies of every LP pattern (while many nodes are left, also one copy of each
+pattern at ≥ ``round_up``; when none qualifies, one copy of the largest),
 lowers the demand to what is left, re-solves the LP with a little more pricing, and repeats. When only
 a few nodes' worth of pods remain, the compact model packs them exactly. This is the classic
 price-and-dive heuristic for cutting stock: it lands within a node or two of the LP bound.
@@ -22,14 +23,15 @@ EPS = 1e-6
 
 def dive(master: MasterLP, bins: list[Bin], sizes: np.ndarray, demand: np.ndarray,
          limits: dict[tuple[int, str], int], deadline: float, *, seed: int, workers: int, deterministic: bool,
-         finish_nodes: int = 3, pricing_rounds: int = 3) -> dict[Pattern, int] | None:
+         finish_nodes: int = 3, pricing_rounds: int = 3, round_up: float = 0.5, round_up_above: float = 50.0
+         ) -> dict[Pattern, int] | None:
     residual = demand.copy()
     limits_left = dict(limits)
     counts_left = {b.index: b.count for b in bins if b.count is not None}
     committed: dict[Pattern, int] = {}
     while residual.any():
         if time.monotonic() >= deadline:
-            return None
+            return committed  # anytime: the caller completes the residual greedily
         master.set_demand(residual)
         master.solve()
         for _ in range(pricing_rounds):
@@ -47,7 +49,13 @@ def dive(master: MasterLP, bins: list[Bin], sizes: np.ndarray, demand: np.ndarra
                 for pattern, n in rest.items():
                     committed[pattern] = committed.get(pattern, 0) + n
                 return committed
-        take = {p: int(v + EPS) for p, v in solution.items() if int(v + EPS) >= 1}
+        # ⌊x⌋ copies, and one of every pattern the LP uses at least ``round_up`` of: with hundreds of classes
+        # of a few pods each most LP values are fractional, and one node per LP solve never finishes
+        # (only while many nodes are left and ⌊x⌋ alone would commit less than half of them: small batches
+        # keep the exact finish its room, and LPs with large values round down as before)
+        floors = sum(int(v + EPS) for v in solution.values())
+        threshold = round_up if nodes_left > round_up_above and floors < nodes_left / 2 else 1.0 - EPS
+        take = {p: max(int(v + EPS), int(v >= threshold)) for p, v in solution.items() if v >= threshold}
         if not take:
             best = max(solution.items(), key=lambda item: (item[1], -item[0].bin, item[0].counts))[0]
             take = {best: 1}
@@ -63,7 +71,7 @@ def dive(master: MasterLP, bins: list[Bin], sizes: np.ndarray, demand: np.ndarra
                 trimmed = np.minimum(pattern.array(), residual)
                 if not trimmed.any():
                     break
-                committed_pattern = Pattern(pattern.bin, tuple(int(c) for c in trimmed))
+                committed_pattern = Pattern(pattern.bin, tuple(trimmed.tolist()))
                 committed[committed_pattern] = committed.get(committed_pattern, 0) + 1
                 residual = residual - trimmed
                 if b.count is not None:

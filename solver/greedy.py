@@ -57,6 +57,8 @@ class GreedyScheduler:
         self.class_zone = np.array([zones.index(c.representative.zone_pin) if c.representative.zone_pin in zones
                                     else -1 for c in problem.classes], dtype=np.int64)
         self.claim_zone = np.zeros(0, dtype=np.int64)
+        #: pods per in-flight claim: Karpenter tries the emptiest claim first
+        self.npods = np.zeros(0, dtype=np.int64)
         # per in-flight claim (row): requests so far, largest candidate allocatable, units per class
         self.used = np.zeros((0, len(problem.axes)), dtype=np.int64)
         self.ceiling = np.zeros((0, len(problem.axes)), dtype=np.int64)
@@ -130,7 +132,8 @@ class GreedyScheduler:
             fits = np.all(self.used[:n] + size <= self.ceiling[:n], axis=1)
             if self.class_zone[c] >= 0:
                 fits &= (self.claim_zone[:n] < 0) | (self.claim_zone[:n] == self.class_zone[c])
-            for i in sorted(np.flatnonzero(fits).tolist(), key=lambda i: (len(claims[i].pods), i)):
+            hits = np.flatnonzero(fits)
+            for i in hits[np.lexsort((hits, self.npods[hits]))].tolist():
                 claim = claims[i]
                 if c in claim.refuses:
                     continue
@@ -155,7 +158,9 @@ class GreedyScheduler:
             self.used = np.vstack([self.used, np.zeros((grow, self.used.shape[1]), np.int64)])
             self.ceiling = np.vstack([self.ceiling, np.zeros((grow, self.ceiling.shape[1]), np.int64)])
             self.claim_zone = np.concatenate([self.claim_zone, np.full(grow, -1, np.int64)])
+            self.npods = np.concatenate([self.npods, np.zeros(grow, np.int64)])
         claim.pods.extend(pods)
+        self.npods[i] = len(claim.pods)
         self.used[i] = claim.requests
         self.ceiling[i] = self.p.template_alloc[claim.candidates].max(axis=0)
         zones = np.unique(self.template_zone[claim.candidates])
@@ -175,3 +180,29 @@ class GreedyScheduler:
 
 def greedy_placement(problem: Problem) -> Placement:
     return GreedyScheduler(problem).run()
+
+
+def finish_greedily(problem: Problem, placement: Placement) -> Placement:
+    """Place a partial plan's unscheduled pods with Karpenter's greedy, around what the plan already uses
+    (existing free capacity, NodePool limits): an LP rounding cut short by the time limit still ends in
+    a complete plan. Pods greedy cannot place stay unschedulable."""
+    if not placement.unschedulable:
+        return placement
+    scheduler = GreedyScheduler(problem)
+    units = np.array([c.unit for c in problem.classes], dtype=np.int64)
+    for e, pods in placement.existing.items():
+        counts = np.bincount([scheduler.class_of[p.key] for p in pods], minlength=len(problem.classes))
+        scheduler.free[e] -= (counts // units) @ problem.sizes
+    pool_index = {pool.name: i for i, pool in enumerate(problem.pools)}
+    for node in placement.new_nodes:
+        tmpl = problem.templates[node.template]
+        remaining = scheduler.remaining[pool_index[tmpl.pool.name]]
+        for name, use in tmpl.limit_use.items():
+            if name in remaining:
+                remaining[name] -= use
+    extra = scheduler.run(list(placement.unschedulable))
+    for e, pods in extra.existing.items():
+        placement.existing.setdefault(e, []).extend(pods)
+    placement.new_nodes.extend(extra.new_nodes)
+    placement.unschedulable = extra.unschedulable
+    return placement

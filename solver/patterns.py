@@ -31,6 +31,21 @@ def max_copies(capacity: np.ndarray, size: np.ndarray) -> int:
     return _copies(capacity.tolist(), size.tolist())
 
 
+def copies_matrix(capacity: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """``max_copies`` for every (class, bin) pair at once, shape (K, B): one numpy pass per resource
+    instead of K × B Python calls (1,000 classes × 1,200 bins at 20,000 pods)."""
+    out = np.full((sizes.shape[0], capacity.shape[0]), 1 << 30, dtype=np.int64)
+    for r in range(sizes.shape[1]):
+        size = sizes[:, r]
+        paid = size > 0
+        if not paid.any():
+            continue
+        fits = capacity[None, :, r] // np.where(paid, size, 1)[:, None]
+        out = np.where(paid[:, None], np.minimum(out, fits), out)
+    result: np.ndarray = np.maximum(out, 0)
+    return result
+
+
 def node_limit(b: Bin, sizes: np.ndarray, demand: np.ndarray, k: int) -> int:
     """Most units of class ``k`` one node of ``b`` can take: its demand, and what fits (per-node rules are
     resource dimensions too, see ``rules/counters.py``)."""
@@ -47,18 +62,47 @@ def _copies(free: list[int], size: list[int]) -> int:
     return best
 
 
+_SPARSE: list[tuple[np.ndarray, list[list[tuple[int, int]]]]] = []
+
+
+def sparse_rows(sizes: np.ndarray) -> list[list[tuple[int, int]]]:
+    """Each class's non-zero (axis, size) pairs, for the last ``sizes`` array seen: a class uses 3–5 of a
+    dozen axes (most per-node counters are zero), and pricing asks "how many fit" millions of times."""
+    if not _SPARSE or _SPARSE[0][0] is not sizes:
+        _SPARSE[:] = [(sizes, [[(r, z) for r, z in enumerate(row) if z > 0] for row in sizes.tolist()])]
+    return _SPARSE[0][1]
+
+
+def _fits(free: list[int], row: list[tuple[int, int]]) -> int:
+    best = 1 << 30
+    for r, z in row:
+        f = free[r]
+        if f < z:
+            return 0
+        if f // z < best:
+            best = f // z
+    return best
+
+
+def _take(free: list[int], row: list[tuple[int, int]], n: int) -> None:
+    for r, z in row:
+        free[r] -= n * z
+
+
 def fill(b: Bin, sizes: np.ndarray, values: np.ndarray, limit: np.ndarray, order: list[int]) -> np.ndarray:
     """Greedy fill of ``b`` taking classes in ``order``, each up to ``limit``."""
-    rows = sizes.tolist()
+    rows = sparse_rows(sizes)
     counts = [0] * len(rows)
     free = b.capacity.tolist()
+    limits = limit.tolist()
+    compatible = b.compatible.tolist()
     for k in order:
-        if limit[k] <= 0 or not b.compatible[k]:
+        if limits[k] <= 0 or not compatible[k]:
             continue
-        n = min(int(limit[k]), _copies(free, rows[k]))
+        n = min(int(limits[k]), _fits(free, rows[k]))
         if n > 0:
             counts[k] = n
-            free = [f - n * z for f, z in zip(free, rows[k], strict=True)]
+            _take(free, rows[k], n)
     return np.array(counts, dtype=np.int64)
 
 
@@ -68,7 +112,10 @@ def density_order(b: Bin, sizes: np.ndarray, values: np.ndarray, axis: int | Non
     scaled = sizes / cap
     weight = scaled.sum(axis=1) if axis is None else scaled[:, axis]
     density = np.where(weight > 0, values / np.maximum(weight, 1e-12), np.inf)
-    return [int(k) for k in np.argsort(-density, kind="stable") if values[k] > 0 and b.compatible[k]]
+    order = np.argsort(-density, kind="stable")
+    order = order[((values > 0) & b.compatible)[order]]
+    result: list[int] = order.tolist()
+    return result
 
 
 def greedy_pricing(b: Bin, sizes: np.ndarray, values: np.ndarray, demand: np.ndarray) -> np.ndarray:
@@ -87,15 +134,15 @@ def greedy_pricing(b: Bin, sizes: np.ndarray, values: np.ndarray, demand: np.nda
 
 def complete(b: Bin, sizes: np.ndarray, demand: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Top a pattern up with any class that still fits (a maximal pattern never costs more)."""
-    rows = sizes.tolist()
+    rows = sparse_rows(sizes)
     free = (b.capacity - counts @ sizes).tolist()
     out = counts.tolist()
-    for k in range(len(rows)):
-        if b.compatible[k] and out[k] < demand[k]:
-            n = min(int(demand[k] - out[k]), _copies(free, rows[k]))
-            if n > 0:
-                out[k] += n
-                free = [f - n * z for f, z in zip(free, rows[k], strict=True)]
+    room = (demand - counts).tolist()
+    for k in np.flatnonzero(b.compatible & (counts < demand)).tolist():
+        n = min(int(room[k]), _fits(free, rows[k]))
+        if n > 0:
+            out[k] += n
+            _take(free, rows[k], n)
     return np.array(out, dtype=np.int64)
 
 

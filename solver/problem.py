@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from model.labels import INITIALIZED, ZONE
 from model.node import Node
 from model.pod import Pod
 from model.resources import CPU, MEMORY, PODS, Resources
 from model.snapshot import Snapshot
 from solver.classes import PodClass, build_classes, selector_label_keys
-from solver.rules import antiaffinity, preferences, zones
+from solver.inflight import node_views
+from solver.rules import antiaffinity, minvalues, podaffinity, preferences, topology
 from solver.rules.counters import build_counters
 from solver.rules.daemonsets import missing_daemon_overhead
 from solver.rules.selection import SelectionRule
@@ -84,13 +84,15 @@ def vector(resources: Resources, axes: tuple[str, ...]) -> list[int]:
 
 
 def existing_capacity(snapshot: Snapshot) -> list[ExistingCapacity]:
-    """Schedulable existing nodes with their free capacity, in Karpenter's order (initialized, name)."""
+    """Schedulable existing nodes and in-flight NodeClaims with their free capacity, in Karpenter's order
+    (initialized first, then by name)."""
     bound: dict[str, list[Pod]] = {}
     for pod in snapshot.pods:
         if pod.node_name and not pod.terminal:
             bound.setdefault(pod.node_name, []).append(pod)
     out = []
-    for node in snapshot.nodes:
+    for view in node_views(snapshot):  # in-flight NodeClaims included: ``solver.inflight``
+        node = view.node
         if node.unschedulable or node.deleting or not node.ready:
             continue
         pods = bound.get(node.name, [])
@@ -98,29 +100,26 @@ def existing_capacity(snapshot: Snapshot) -> list[ExistingCapacity]:
         for pod in pods:
             used = used + pod.requests
         free = node.allocatable - used - missing_daemon_overhead(snapshot.daemonsets, node, pods)
-        initialized = node.labels.get(INITIALIZED, "true") == "true"
-        out.append(ExistingCapacity(node=node, free=free, initialized=initialized))
+        out.append(ExistingCapacity(node=node, free=free, initialized=view.initialized))
     out.sort(key=lambda e: (not e.initialized, e.name))
     return out
 
 
 def pin_zones(snapshot: Snapshot, pending: list[Pod], templates: list[NodeTemplate],
               existing: list[ExistingCapacity]) -> list[Pod]:
-    """Apply zone-level rules (``rules.zones``) as zone pins on copies of the pending pods."""
-    if not any(p.topology_spread or p.pod_affinity or p.pod_anti_affinity for p in pending):
+    """Apply pod-to-pod rules as node requirements on copies of the pending pods: towards running pods
+    (``rules.podaffinity``), then domain pins and soft pins per topology key (``rules.topology``)."""
+    if not any(p.topology_spread or p.pod_affinity or p.pod_anti_affinity or p.preferred_pod_affinity
+               or p.preferred_pod_anti_affinity for p in pending) and not any(
+            p.pod_anti_affinity for p in snapshot.pods if p.node_name):
         return pending
-    zone_of = {n.name: n.labels.get(ZONE, "") for n in snapshot.nodes}
-    bound = [(p, zone_of.get(p.node_name, "")) for p in snapshot.pods if p.node_name and not p.terminal]
+    namespaces = {ns.name: ns.labels for ns in snapshot.namespaces}
+    bound = podaffinity.running_pods(snapshot.pods, [v.node for v in node_views(snapshot)])
+    rules = podaffinity.RunningPodRules(bound, pending, namespaces)
     nodes = [(t.labels, t.pool.taints) for t in templates] + [(e.node.labels, list(e.node.taints)) for e in existing]
-    plan = zones.plan_zones(pending, bound, nodes)
-    out = []
-    for pod in pending:
-        if pod.key in plan.pins:
-            pod = pod.model_copy(update={"zone_pin": plan.pins[pod.key]})
-        elif pod.key in plan.refused:
-            pod = pod.model_copy(update={"zone_problem": plan.refused[pod.key]})
-        out.append(pod)
-    return out
+    constrained = [rules.constrain(p) for p in pending]
+    blocked = {p.key for p in constrained if p.rule_problem or p.volume_problem}
+    return topology.apply(constrained, topology.plan_domains(pending, bound, nodes, blocked, constrained))
 
 
 def compile_problem(snapshot: Snapshot, pods: list[Pod] | None = None) -> Problem:
@@ -136,15 +135,11 @@ def compile_problem(snapshot: Snapshot, pods: list[Pod] | None = None) -> Proble
             bound.setdefault(pod.node_name, []).append(pod)
     running = [p for pods_on_node in bound.values() for p in pods_on_node]
 
-    def bundle_key(pod: Pod) -> object | None:
-        """Self-affine on hostname with no matching pod running yet: the whole group (every pending pod
-        its term selects, whatever their shapes) shares one new node."""
-        term = antiaffinity.host_self_affinity_term(pod, namespaces)
-        if term is None or any(antiaffinity.affinity_matches(pod, other, namespaces) for other in running):
-            return None
-        return (pod.namespace, term)
-
-    classes = build_classes(pending, label_keys, bundle_key)
+    # self-affine on hostname with no matching pod running yet: the group (the pods carrying the term,
+    # whatever their shapes, plus a partner for a lone one: ``antiaffinity.host_affinity_bundles``) shares
+    # one new node
+    bundles = antiaffinity.host_affinity_bundles(pending, running, namespaces)
+    classes = build_classes(pending, label_keys, lambda pod: bundles.get(pod.key))
     axes = resource_axes(classes)
     rule = SelectionRule()
     template_ok = np.zeros((len(classes), len(templates)), dtype=bool)
@@ -160,19 +155,15 @@ def compile_problem(snapshot: Snapshot, pods: list[Pod] | None = None) -> Proble
                                        and not antiaffinity.blocked_by_bound_pods(c, on_node, namespaces)
                                        and (not joins_running or any(antiaffinity.affinity_matches(
                                            c.representative, other, namespaces) for other in on_node)))
-    template_pref = np.zeros((len(classes), len(templates)), dtype=np.int64)
-    existing_pref = np.zeros((len(classes), len(existing)), dtype=np.int64)
-    template_heaviest = np.ones((len(classes), len(templates)), dtype=bool)
-    existing_heaviest = np.ones((len(classes), len(existing)), dtype=bool)
-    for c in classes:
-        if not c.representative.preferred_terms:
-            continue
-        for t, tmpl in enumerate(templates):
-            template_pref[c.index, t] = preferences.score(c, tmpl.labels)
-            template_heaviest[c.index, t] = preferences.heaviest_term_matches(c, tmpl.labels)
-        for e, cap in enumerate(existing):
-            existing_pref[c.index, e] = preferences.score(c, cap.node.labels)
-            existing_heaviest[c.index, e] = preferences.heaviest_term_matches(c, cap.node.labels)
+    minvalues.restrict(template_ok, templates, np.array([vector(t.allocatable, axes) for t in templates],
+                                                        dtype=np.int64).reshape(len(templates), len(axes)))
+    # soft preferences (preferred node affinity, soft pod rules, PreferNoSchedule taints): ``rules.preferences``
+    scorer = preferences.PreferenceScorer(classes, [t.pool.taints for t in templates]
+                                          + [list(e.node.taints) for e in existing])
+    template_pref, template_heaviest = preferences.score_matrices(
+        classes, [(t.labels, t.pool.taints) for t in templates], scorer)
+    existing_pref, existing_heaviest = preferences.score_matrices(
+        classes, [(e.node.labels, e.node.taints) for e in existing], scorer)
     counters = build_counters(classes, namespaces)
     base = len(axes)
     axes = axes + tuple(counter.name for counter in counters)

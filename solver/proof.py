@@ -17,7 +17,7 @@ from ortools.sat.python import cp_model
 
 from solver.bins import Bin
 from solver.compact import solve_compact
-from solver.patterns import Pattern, max_copies
+from solver.patterns import Pattern, copies_matrix
 
 SCALE = 1000
 
@@ -52,12 +52,17 @@ def slot_bounds(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, floors: 
 
 def _plain_bounds(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, incumbent_cost: int) -> dict[int, int]:
     """Node bounds from demand, existing counts and the incumbent's cost alone."""
-    out = {}
-    for b in bins:
-        holds = [k for k in range(len(demand)) if demand[k] and b.compatible[k] and max_copies(b.capacity, sizes[k])]
-        if not holds:
+    out: dict[int, int] = {}
+    if not bins:
+        return out
+    # which classes each bin admits and holds, for all bins at once (classes × bins in numpy)
+    holds = (copies_matrix(np.array([b.capacity for b in bins]), sizes) > 0) \
+        & np.array([b.compatible for b in bins]).T & (demand > 0)[:, None]
+    held = demand.astype(np.int64) @ holds
+    for i, b in enumerate(bins):
+        if not holds[:, i].any():
             continue
-        n = b.count if b.count is not None else int(sum(int(demand[k]) for k in holds))
+        n = b.count if b.count is not None else int(held[i])
         if b.cost > 0:
             n = min(n, incumbent_cost // b.cost)
         if n > 0:

@@ -1,12 +1,17 @@
 """Provisioning: snapshot in, ProvisioningPlan out.
 
 Pipeline, each stage anytime and bounded by the time limit:
-1. compile the batch: pod classes, node templates → bins, existing free capacity;
-2. greedy: Karpenter's first-fit-decreasing — a valid plan within milliseconds, and the yardstick;
-3. column generation: patterns and the LP lower bound every plan is measured against;
-4. dive: round the LP into an integer plan, finishing the last nodes with the exact compact model;
+1. compile the batch: pod classes, node templates → bins, existing free capacity; classes the compiled
+   rules no longer tell apart are merged into packing classes (``merge``);
+2. greedy: Karpenter's first-fit-decreasing — a valid plan within milliseconds, and the yardstick (if
+   compiling and greedy already used the time, it is returned with the resource-share bound);
+3. column generation: patterns and the LP lower bound every plan is measured against; when it cannot
+   converge in time (hundreds of classes) the resource-share dual bound (``bound``) stands in if higher;
+4. dive: round the LP into an integer plan, finishing the last nodes with the exact compact model; cut
+   short by the time limit, greedy places what it has not committed yet;
 5. proof (small batches): the compact model over dual-filtered slots proves the plan optimal or beats it;
-6. pattern master: CP-SAT over all generated patterns, warm-started, with whatever time is left.
+6. pattern master: CP-SAT over all generated patterns, warm-started, with whatever time is left (not
+   built when patterns × classes is too large to build in time).
 The best plan found (lexicographically: pods scheduled, NodePool weight honoured, cost) is returned.
 """
 
@@ -28,20 +33,31 @@ from model.plan import (
     SolverReport,
     UnschedulablePod,
 )
+from model.pod import Pod
 from model.resources import Resources
 from model.snapshot import Snapshot
 from solver.bins import Bin, bin_of_template, build_bins
+from solver.bound import share_bound
 from solver.colgen import ColumnGenerationResult, Objective, column_generation
 from solver.decode import decode, shrink
 from solver.dive import dive
 from solver.explain import explain
-from solver.greedy import greedy_placement
+from solver.greedy import finish_greedily, greedy_placement
 from solver.master import solve_master
+from solver.merge import merge_classes
 from solver.patterns import Pattern
 from solver.placement import Placement
 from solver.problem import Problem, compile_problem
 from solver.proof import prove, slot_bounds
 from solver.rules.preferences import PreferencePolicy
+
+#: seconds per pod held back from the time limit for decoding and writing the plan
+RESERVE_PER_POD = 1e-4
+#: finishing a cut-short dive greedily (its leftover pods, then shrinking every node) takes about this share of
+#: the first greedy pass (measured: 0.13 at 20,000 diverse pods)
+FINISH_SHARE = 0.25
+#: above this many pattern × class pairs the pattern master is not built (20,000 diverse pods: 2.8 M)
+MASTER_MAX_TERMS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -89,10 +105,16 @@ def _objective(problem: Problem, bins: list[Bin], options: SolveOptions) -> Obje
     """
     cost_scale = max((b.cost for b in bins), default=0) + 1
     ranks = [b.rank for b in bins if not b.existing]
-    reachable = [{b.rank for b in bins if not b.existing and b.compatible[c.index]} for c in problem.classes]
+    # per class over bins, in numpy: (classes × bins) Python loops cost seconds at 20,000 pods
+    compatible = np.array([b.compatible for b in bins], dtype=bool).reshape(len(bins), len(problem.classes))
+    new = np.array([not b.existing for b in bins], dtype=bool)
+    rank_of = np.array([b.rank for b in bins], dtype=np.int64)
+    reachable = [set(rank_of[new & compatible[:, k]].tolist()) for k in range(len(problem.classes))]
     best = np.array([min(r, default=0) for r in reachable], dtype=np.int64)
-    best_preference = np.array([max((int(b.preference[c.index]) for b in bins if b.compatible[c.index]), default=0)
-                                for c in problem.classes], dtype=np.int64)
+    preference = np.array([b.preference for b in bins], dtype=np.int64).reshape(len(bins), len(problem.classes))
+    best_preference = np.where(compatible, preference, np.iinfo(np.int64).min).max(axis=0) \
+        if len(bins) else np.zeros(len(problem.classes), dtype=np.int64)
+    best_preference = np.where(compatible.any(axis=0), best_preference, 0).astype(np.int64)
     if options.preference_policy is PreferencePolicy.RESPECT:
         preference_weight = cost_scale
     elif options.preference_policy is PreferencePolicy.PRICE:
@@ -119,11 +141,10 @@ def _patterns_of(problem: Problem, bins: list[Bin], placement: Placement) -> dic
             nodes.append((existing_bin[e], [p.key for p in pods]))
     for node in placement.new_nodes:
         nodes.append((bin_of_template(bins, problem, node.template), [p.key for p in node.pods]))
+    units = np.array([c.unit for c in problem.classes], dtype=np.int64)
     for b, keys in nodes:
-        counts = [0] * len(problem.classes)
-        for key in keys:
-            counts[class_of[key]] += 1
-        pattern = Pattern(b, tuple(n // c.unit for n, c in zip(counts, problem.classes, strict=True)))
+        counts = np.bincount([class_of[key] for key in keys], minlength=len(problem.classes)) // units
+        pattern = Pattern(b, tuple(counts.tolist()))
         out[pattern] = out.get(pattern, 0) + 1
     return out
 
@@ -182,11 +203,13 @@ def lower_bound(problem: Problem, bins: list[Bin], placement: Placement, deadlin
 def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResult:
     options = options or SolveOptions()
     started = options.started_at if options.started_at is not None else time.monotonic()
-    # keep a little time back for decoding, the bound and the plan itself
-    deadline = started + options.time_limit - min(0.5, 0.05 * options.time_limit)
+    # keep a little time back for decoding, the bound and the plan itself (more for more pods)
+    pods = len(snapshot.pods)
+    deadline = started + options.time_limit - min(0.5 + pods * RESERVE_PER_POD, 0.1 * options.time_limit)
     stats = _Stats()
     with stats.stage("compile"):
-        problem = compile_problem(snapshot)
+        stats.compiled = compile_problem(snapshot)
+        problem = merge_classes(stats.compiled)
     stats.notes.extend(f"not modelled: {note}" for note in problem.unmodelled)
     with stats.stage("greedy"):
         greedy = shrink(problem, greedy_placement(problem))
@@ -200,21 +223,27 @@ def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResul
         limits = _limits(problem)
         demand = placeable_demand(problem, bins)
     stats.bins = len(bins)
+    if time.monotonic() >= deadline:  # anytime: compiling and greedy used the time up
+        return _greedy_only(problem, bins, demand, objective, greedy, started, options, stats)
     with stats.stage("colgen"):
         now = time.monotonic()
         cg = column_generation(bins, problem.sizes, demand, objective, limits, list(greedy_patterns),
                                now + (deadline - now) * options.colgen_share, workers=options.workers)
     stats.patterns = len(cg.patterns)
     bound = cg.lower_bound if np.isfinite(cg.lower_bound) else 0.0
+    if not cg.converged and not objective.has_penalties:
+        with stats.stage("bound"):  # column generation stopped early: the cheap dual-feasible bound may beat it
+            share = share_bound(bins, problem.sizes, demand, deadline)
+        stats.share_bound = share > bound
+        bound = max(bound, share)
     greedy_score = _score(problem, objective, greedy)
     placement, status = greedy, "GREEDY"
-    hint = greedy_patterns
     _report(options, "column generation", problem, greedy, bound)
     with stats.stage("dive"):
         rounded = _dive(problem, bins, cg, demand, limits, options, deadline, stats)
     if rounded is not None and _score(problem, objective, rounded) < greedy_score:
         placement, status = rounded, "FEASIBLE"
-        hint = _patterns_of(problem, bins, rounded)
+    warm = placement  # the master's hint (its patterns are only worked out if the master runs)
     _report(options, "dive", problem, placement, bound)
     provable = not objective.has_penalties and bool(cg.reduced_cost_floor)
     if provable and _all_placeable_scheduled(problem, demand, placement):
@@ -227,8 +256,11 @@ def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResul
                                  status, stats)
             placement, status = outcome if isinstance(outcome, tuple) else (placement, outcome)
     _report(options, "proof" if "proof" in stats.stages else "dive", problem, placement, bound)
-    if status != "OPTIMAL" and deadline - time.monotonic() > 0.2:
+    if status != "OPTIMAL" and not _master_fits(problem, cg):
+        stats.notes.append(f"pattern master skipped: {len(cg.patterns)} patterns × {len(problem.classes)} classes")
+    elif status != "OPTIMAL" and deadline - time.monotonic() > 0.2:
         with stats.stage("master"):
+            hint = greedy_patterns if warm is greedy else _patterns_of(problem, bins, warm)
             master = solve_master(bins, cg.patterns, demand, objective, limits, hint,
                                   time_limit=(deadline - time.monotonic()) * 0.9, seed=options.seed,
                                   workers=options.workers, deterministic=options.deterministic,
@@ -251,7 +283,8 @@ def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResul
         stats.bound_method = "proven optimal (CP-SAT over reduced-cost-filtered slots)"
         reported = float(cost)
     elif not objective.has_penalties and _all_placeable_scheduled(problem, demand, placement):
-        stats.bound_method = "column generation LP" + ("" if cg.converged else " (Lagrangian, not converged)")
+        stats.bound_method = ("resource-share dual bound (column generation did not converge)" if stats.share_bound
+                              else "column generation LP" + ("" if cg.converged else " (Lagrangian, not converged)"))
         reported = bound
     else:
         with stats.stage("bound"):
@@ -262,18 +295,45 @@ def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResul
     return _result(problem, placement, greedy, reported, status, started, options, stats)
 
 
+def _greedy_only(problem: Problem, bins: list[Bin], demand: np.ndarray, objective: Objective, greedy: Placement,
+                 started: float, options: SolveOptions, stats: _Stats) -> SolveResult:
+    """The greedy plan with the cheap dual-feasible bound, when no time is left for anything else."""
+    stats.notes.append("time limit reached after greedy; the greedy plan is returned")
+    bound = 0.0
+    if not objective.has_penalties and _all_placeable_scheduled(problem, demand, greedy):
+        with stats.stage("bound"):
+            bound = share_bound(bins, problem.sizes, demand)
+        stats.bound_method = "resource-share dual bound"
+    return _result(problem, greedy, greedy, bound, "GREEDY", started, options, stats)
+
+
 def _dive(problem: Problem, bins: list[Bin], cg: ColumnGenerationResult, demand: np.ndarray,
           limits: dict[tuple[int, str], int], options: SolveOptions, deadline: float,
           stats: _Stats) -> Placement | None:
     if cg.master is None:
         return None
     started = time.monotonic()
-    budget = started + max((deadline - started) * 0.5, 0.2)
+    # keep time for finishing greedily; without a master to follow (too large to build in time) the dive
+    # may use everything else
+    share = 0.5 if _master_fits(problem, cg) else 1.0
+    budget = started + max((deadline - started - FINISH_SHARE * stats.greedy_seconds) * share, 0.2)
     chosen = dive(cg.master, bins, problem.sizes, demand, limits, budget, seed=options.seed,
                   workers=options.workers, deterministic=options.deterministic)
-    outcome = "done" if chosen else "no plan (time or limits)"
+    if chosen is None:
+        stats.notes.append(f"LP dive: no plan (limits) in {time.monotonic() - started:.2f} s")
+        return None
+    placement = decode(problem, bins, chosen)
+    left = len(placement.unschedulable) - _unplaceable_pods(problem, demand)
+    if left > 0:  # cut short by time: greedy places the rest around what the dive committed
+        placement = shrink(problem, finish_greedily(problem, placement))
+    outcome = f"{left} pods left to greedy" if left > 0 else "done"
     stats.notes.append(f"LP dive: {outcome} in {time.monotonic() - started:.2f} s")
-    return decode(problem, bins, chosen) if chosen else None
+    return placement
+
+
+def _master_fits(problem: Problem, cg: ColumnGenerationResult) -> bool:
+    """Can the CP-SAT pattern master be built in reasonable time (its rows touch patterns × classes)?"""
+    return len(cg.patterns) * len(problem.classes) <= MASTER_MAX_TERMS
 
 
 def _report(options: SolveOptions, stage: str, problem: Problem, placement: Placement, bound: float) -> None:
@@ -282,7 +342,12 @@ def _report(options: SolveOptions, stage: str, problem: Problem, placement: Plac
 
 
 def _all_placeable_scheduled(problem: Problem, demand: np.ndarray, placement: Placement) -> bool:
-    return len(placement.unschedulable) == int((problem.demand - demand).sum())
+    """Are the only unscheduled pods those no bin can take? (Demand counts units: a bundle is many pods.)"""
+    return len(placement.unschedulable) == _unplaceable_pods(problem, demand)
+
+
+def _unplaceable_pods(problem: Problem, demand: np.ndarray) -> int:
+    return int((problem.demand - demand) @ np.array([c.unit for c in problem.classes], dtype=np.int64))
 
 
 def _try_proof(problem: Problem, bins: list[Bin], demand: np.ndarray, limits: dict[tuple[int, str], int],
@@ -311,6 +376,10 @@ class _Stats:
     bins: int = 0
     patterns: int = 0
     bound_method: str = "none"
+    #: the reported bound is ``bound.share_bound``'s, not column generation's
+    share_bound: bool = False
+    #: the problem before ``merge_classes``: explanations name the rules of each pod's own class
+    compiled: Problem | None = None
     lp_bound: float | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -333,8 +402,10 @@ def _claim_name(index: int, pool: str) -> str:
     return f"{pool}-{index:05d}"
 
 
-def to_plan(problem: Problem, placement: Placement, greedy: Placement, bound_micros: float, status: str,
-            started: float, options: SolveOptions, stats: _Stats) -> ProvisioningPlan:
+def planned_claims(problem: Problem, placement: Placement, name: Callable[[int, str], str] = _claim_name
+                   ) -> tuple[list[PlannedNodeClaim], list[ExistingNodeAssignment]]:
+    """A placement's new nodes as plan NodeClaims and its pods on existing nodes (provisioning and
+    consolidation plans share this shape)."""
     claims = []
     for i, node in enumerate(placement.new_nodes):
         tmpl = problem.templates[node.template]
@@ -342,7 +413,7 @@ def to_plan(problem: Problem, placement: Placement, greedy: Placement, bound_mic
         for pod in node.pods:
             requests = requests + pod.requests
         claims.append(PlannedNodeClaim(
-            name=_claim_name(i, tmpl.pool.name), node_pool=tmpl.pool.name,
+            name=name(i, tmpl.pool.name), node_pool=tmpl.pool.name,
             instance_type=tmpl.instance_type.name, zone=tmpl.offering.zone,
             capacity_type=tmpl.offering.capacity_type, price=tmpl.offering.price,
             pods=sorted(p.key for p in node.pods), labels=dict(sorted(tmpl.labels.items())),
@@ -350,7 +421,30 @@ def to_plan(problem: Problem, placement: Placement, greedy: Placement, bound_mic
             allocatable=tmpl.instance_type.allocatable.to_quantities()))
     existing = [ExistingNodeAssignment(name=problem.existing[e].name, pods=sorted(p.key for p in pods))
                 for e, pods in sorted(placement.existing.items(), key=lambda kv: problem.existing[kv[0]].name)]
-    unschedulable = [UnschedulablePod(pod=p.key, reason=explain(problem, p))
+    return claims, existing
+
+
+def _reasons(problem: Problem, pods: list[Pod]) -> dict[str, str]:
+    """Why each pod is unschedulable: ``explain`` reads only the pod's class, so once per class (3,333
+    unschedulable pods of 7 hostname-affinity groups are 7 explanations, not 3,333 class scans)."""
+    if not pods:
+        return {}
+    class_of = {pod.key: c.index for c in problem.classes for pod in c.pods}
+    by_class: dict[int, str] = {}
+    out = {}
+    for pod in pods:
+        c = class_of.get(pod.key, -1)
+        if c not in by_class:
+            by_class[c] = explain(problem, pod)
+        out[pod.key] = by_class[c]
+    return out
+
+
+def to_plan(problem: Problem, placement: Placement, greedy: Placement, bound_micros: float, status: str,
+            started: float, options: SolveOptions, stats: _Stats) -> ProvisioningPlan:
+    claims, existing = planned_claims(problem, placement)
+    reasons = _reasons(stats.compiled or problem, placement.unschedulable)
+    unschedulable = [UnschedulablePod(pod=p.key, reason=reasons[p.key])
                      for p in sorted(placement.unschedulable, key=lambda p: p.key)]
     total = sum(c.price for c in claims)
     cost_micros = placement.cost_micros(problem)

@@ -6,18 +6,21 @@ It checks the final state, order-independently: every pair of pods on a node, wh
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Hashable
 
 from model import labels as wk
-from model.affinity import LabelSelector
+from model.affinity import LabelSelector, PodAffinityTerm, TopologySpreadConstraint
 from model.instancetype import InstanceType
 from model.labels import HOSTNAME
 from model.plan import ProvisioningPlan
 from model.pod import Pod
 from model.resources import Resources
 from model.snapshot import Snapshot
-from model.taints import untolerated
+from model.taints import Taint, untolerated
+from solver.inflight import node_views
 from solver.rules.antiaffinity import repels
 from solver.rules.limits import NODES, pool_usage
+from solver.rules.minvalues import shortfalls
 from solver.rules.ports import ports_clash
 
 PRICE_TOLERANCE = 1e-6
@@ -66,7 +69,8 @@ def _final_nodes(snapshot: Snapshot, plan: ProvisioningPlan, pods: dict[str, Pod
     """Every node after the plan (labels incl. hostname, pods) and where each planned pod lands."""
     nodes: dict[str, tuple[dict[str, str], list[Pod]]] = {}
     catalog = {it.name: it for it in snapshot.instance_types}
-    for node in snapshot.nodes:
+    for view in node_views(snapshot):  # in-flight NodeClaims are nodes too
+        node = view.node
         if not node.deleting:
             nodes[node.name] = ({HOSTNAME: node.name, **node.labels}, snapshot.pods_on(node.name))
     where: dict[str, str] = {}
@@ -82,50 +86,117 @@ def _final_nodes(snapshot: Snapshot, plan: ProvisioningPlan, pods: dict[str, Pod
     return nodes, where
 
 
+def _domain_index(nodes: dict[str, tuple[dict[str, str], list[Pod]]]) -> Callable[[str, str | None], list[Pod]]:
+    """Pods per value of a topology key (None: nodes without the key), indexed once per key, so every
+    check looks at its own domain instead of the whole cluster (20,000 pods × 3,000 nodes otherwise)."""
+    index: dict[str, dict[str | None, list[Pod]]] = {}
+
+    def pods_in(key: str, value: str | None) -> list[Pod]:
+        if key not in index:
+            by_value: dict[str | None, list[Pod]] = {}
+            for node_labels, members in nodes.values():
+                by_value.setdefault(node_labels.get(key), []).extend(members)
+            index[key] = by_value
+        return index[key].get(value, [])
+
+    return pods_in
+
+
+def _spread_counts(pod: Pod, spread: TopologySpreadConstraint, selector: LabelSelector,
+                   nodes: dict[str, tuple[dict[str, str], list[Pod]]], taints: dict[str, list[Taint]]
+                   ) -> dict[str, int]:
+    """Matching pods per domain the pod's spread constraint counts (eligible nodes only: node affinity
+    unless nodeAffinityPolicy Ignore, tolerated taints if nodeTaintsPolicy Honor); ``selector`` includes
+    the spread's matchLabelKeys."""
+    counts: dict[str, int] = {}
+    for name, (node_labels, members) in nodes.items():
+        domain = node_labels.get(spread.topology_key)
+        if domain is None or not (spread.node_affinity_policy == "Ignore" or pod.accepts_labels(node_labels)):
+            continue
+        if spread.node_taints_policy == "Honor" and untolerated(pod.tolerations, taints.get(name, [])):
+            continue
+        counts[domain] = counts.get(domain, 0) + _matching(members, pod.namespace, selector)
+    return counts
+
+
 def _topology_violations(snapshot: Snapshot, plan: ProvisioningPlan, pods: dict[str, Pod]) -> list[str]:
     """Topology spread (DoNotSchedule) and required pod (anti-)affinity, on the final state, for any
-    topology key: a domain is every node sharing the key's value; counts include pods already running."""
+    topology key: a domain is every node sharing the key's value; counts include pods already running.
+    Spread counts depend only on (namespace, selector, key, node requirements): computed once per such key."""
     nodes, where = _final_nodes(snapshot, plan, pods)
     namespaces = {ns.name: ns.labels for ns in snapshot.namespaces}
     everyone = [(labels, pod) for labels, members in nodes.values() for pod in members]
+    pods_in = _domain_index(nodes)
+    taints = {v.node.name: list(v.node.taints) for v in node_views(snapshot)}
+    for claim in plan.node_claims:
+        pool = snapshot.nodepool(claim.node_pool)
+        taints[claim.name] = pool.taints if pool else []
+    spread_cache: dict[Hashable, dict[str, int]] = {}
     out = []
     for key, node_name in sorted(where.items()):
         pod = pods[key]
         labels = nodes[node_name][0]
         for spread in pod.topology_spread:
-            if spread.when_unsatisfiable != "DoNotSchedule" or not spread.selector:
+            selector = spread.selector_for(pod.labels)
+            if spread.when_unsatisfiable != "DoNotSchedule" or not selector:
                 continue
-            counts: dict[str, int] = {}
-            for node_labels, members in nodes.values():
-                domain = node_labels.get(spread.topology_key)
-                if domain is None or not (spread.node_affinity_policy == "Ignore" or pod.accepts_labels(node_labels)):
-                    continue
-                counts[domain] = counts.get(domain, 0) + _matching(members, pod.namespace, spread.selector)
-            own = counts.get(labels.get(spread.topology_key, ""), 0)
+            cache_key = (pod.namespace, selector, spread.topology_key,
+                         None if spread.node_affinity_policy == "Ignore" else pod.node_requirements(),
+                         pod.tolerations if spread.node_taints_policy == "Honor" else None)
+            if cache_key not in spread_cache:
+                spread_cache[cache_key] = _spread_counts(pod, spread, selector, nodes, taints)
+            counts = spread_cache[cache_key]
+            if spread.topology_key not in labels:
+                out.append(f"node {node_name}: pod {key} topology spread on {spread.topology_key}: the node has "
+                           "no such label (DoNotSchedule)")
+                continue
+            own = counts.get(labels[spread.topology_key], 0)
             floor = 0 if spread.min_domains and len(counts) < spread.min_domains else min(counts.values(), default=0)
             if own - floor > spread.max_skew:
                 out.append(f"node {node_name}: pod {key} topology spread on {spread.topology_key} has skew "
                            f"{own - floor} > maxSkew {spread.max_skew}")
         for term in pod.pod_anti_affinity:
             domain = labels.get(term.topology_key)
-            for other_labels, other in everyone:
-                if other.key != key and domain is not None and other_labels.get(term.topology_key) == domain \
-                        and term.selects(pod.namespace, pod.labels, other.namespace, other.labels,
-                                         namespaces.get(other.namespace)):
+            if domain is None:
+                continue
+            for other in pods_in(term.topology_key, domain):
+                if other.key != key and term.selects(pod.namespace, pod.labels, other.namespace, other.labels,
+                                                     namespaces.get(other.namespace)):
                     out.append(f"node {node_name}: pod {key} anti-affinity on {term.topology_key} is violated "
                                f"by {other.key}")
         for term in pod.pod_affinity:
-            domain = labels.get(term.topology_key)
-            matches = [(other_labels.get(term.topology_key), other) for other_labels, other in everyone
-                       if other.key != key and term.selects(pod.namespace, pod.labels, other.namespace,
-                                                            other.labels, namespaces.get(other.namespace))]
-            self_match = term.selects(pod.namespace, pod.labels, pod.namespace, pod.labels)
-            if any(d == domain for d, _ in matches):
+            def selected(other: Pod, term: PodAffinityTerm = term, pod: Pod = pod) -> bool:
+                return other.key != pod.key and term.selects(pod.namespace, pod.labels, other.namespace,
+                                                             other.labels, namespaces.get(other.namespace))
+            if any(selected(other) for other in pods_in(term.topology_key, labels.get(term.topology_key))):
                 continue
-            if not matches and self_match:
+            self_match = term.selects(pod.namespace, pod.labels, pod.namespace, pod.labels)
+            if self_match and not any(selected(other) for _, other in everyone):
                 continue  # the first of a self-affine group may go anywhere
             out.append(f"node {node_name}: pod {key} affinity on {term.topology_key} finds no matching pod "
-                       f"in its domain {domain}")
+                       f"in its domain {labels.get(term.topology_key)}")
+    out.extend(_running_anti_affinity_violations(everyone, where, pods_in, namespaces))
+    return out
+
+
+def _running_anti_affinity_violations(everyone: list[tuple[dict[str, str], Pod]], where: dict[str, str],
+                                      pods_in: Callable[[str, str | None], list[Pod]],
+                                      namespaces: dict[str, dict[str, str]]) -> list[str]:
+    """Anti-affinity is symmetric: a running pod's term repels placed pods from its domain (hostname
+    pairs are checked per node by ``_pairwise_violations``)."""
+    out = []
+    for labels, resident in everyone:
+        if resident.key in where:
+            continue
+        for term in resident.pod_anti_affinity:
+            domain = labels.get(term.topology_key)
+            if term.topology_key == HOSTNAME or domain is None:
+                continue
+            for other in pods_in(term.topology_key, domain):
+                if other.key in where and term.selects(resident.namespace, resident.labels, other.namespace,
+                                                       other.labels, namespaces.get(other.namespace)):
+                    out.append(f"pod {other.key} lands in {term.topology_key}={domain}, where running pod "
+                               f"{resident.key}'s required anti-affinity repels it")
     return out
 
 
@@ -183,6 +254,10 @@ def verify(snapshot: Snapshot, plan: ProvisioningPlan) -> list[str]:
             violations.append(f"{where}: NodePool {pool.name} requirement(s) not met: "
                               + ", ".join(r.describe() for r in failing))
         members = [pods[k] for k in claim.pods if k in pods]
+        short = shortfalls(snapshot, pool, claim.zone, claim.capacity_type, members, claim.labels)
+        if short:
+            violations.append(f"{where}: NodePool {pool.name} minValues not met by the instance types that could "
+                              f"hold its pods ({'; '.join(short)})")
         for pod in members:
             violations.extend(_placement_violations(where, pod, labels, pool.taints))
         overhead = Resources()
@@ -201,7 +276,8 @@ def verify(snapshot: Snapshot, plan: ProvisioningPlan) -> list[str]:
             if usage[resource] > limit:
                 violations.append(f"NodePool {name}: limit {resource}={pool.limits.to_quantities()[resource]} "
                                   f"exceeded ({usage.to_quantities().get(resource, usage[resource])} with this plan)")
-    nodes = {n.name: n for n in snapshot.nodes}
+    # an existing node is a Node or an in-flight NodeClaim (as pods will find it: ``solver.inflight``)
+    nodes = {v.node.name: v.node for v in node_views(snapshot)}
     for assignment in plan.existing_nodes:
         where = f"existing node {assignment.name}"
         existing = nodes.get(assignment.name)
@@ -209,8 +285,8 @@ def verify(snapshot: Snapshot, plan: ProvisioningPlan) -> list[str]:
             violations.append(f"{where}: not in the snapshot")
             continue
         node = existing
-        if node.unschedulable or node.deleting:
-            violations.append(f"{where}: is cordoned or being deleted")
+        if node.unschedulable or node.deleting or not node.ready:
+            violations.append(f"{where}: is cordoned, being deleted or not Ready")
         bound = snapshot.pods_on(node.name)
         used = Resources()
         for pod in bound:

@@ -3,12 +3,16 @@
 #   etcd, kube-apiserver (token auth + RBAC), kube-scheduler, kube-controller-manager,
 #   kwok (simulates only Nodes annotated kwok.x-k8s.io/node=fake, and the pods bound to them).
 #
-# Usage: hack/control-plane/cluster.sh up|down|env|status
+# Usage: hack/control-plane/cluster.sh up|down|env|status|restart-apiserver
 #   up      start everything on free 127.0.0.1 ports, wait until ready, print `env` output
 #   down    stop exactly the processes `up` started (by PID) and remove the state dir
 #           (`down --keep` keeps it, e.g. to read the logs)
 #   env     print `export KEY=value` lines: eval "$(hack/control-plane/cluster.sh env)"
 #   status  exit 0 if every process is alive and /readyz answers
+#   restart-apiserver [SECONDS]
+#           stop kube-apiserver (SIGTERM), keep it down SECONDS (default 0), start it again with the same
+#           flags on the same port and wait for /readyz; etcd and the other components keep running and
+#           reconnect by themselves (what the controller's e2e test of an API-server restart needs)
 # Env:
 #   NODEPLAN_CLUSTER_DIR        state dir: pki, kubeconfig, logs, etcd data (default /tmp/nodeplan-cluster)
 #   NODEPLAN_CONTROL_PLANE_BIN  dir with the binaries (default: the output of build.sh, which
@@ -85,24 +89,28 @@ api() { # METHOD PATH [curl args...]: JSON API call as admin
     -H 'Accept: application/json' -X "${method}" "https://${host}:$(<"${dir}/run/apiserver.port")${path}" "$@"
 }
 
-stop_all() {
-  local i c pid n
-  for ((i = ${#components[@]} - 1; i >= 0; i--)); do
-    c="${components[i]}"
+stop_component() { # NAME: SIGTERM (SIGKILL after 10 s) the process `up` started for NAME, forget its PID
+  local c="$1" pid n
+  if alive "${c}"; then
+    pid="$(<"${dir}/run/${c}.pid")"
+    kill -TERM "${pid}" 2>/dev/null || true
+    for ((n = 0; n < 100; n++)); do
+      alive "${c}" || break
+      sleep 0.1
+    done
     if alive "${c}"; then
-      pid="$(<"${dir}/run/${c}.pid")"
-      kill -TERM "${pid}" 2>/dev/null || true
-      for ((n = 0; n < 100; n++)); do
-        alive "${c}" || break
-        sleep 0.1
-      done
-      if alive "${c}"; then
-        log "${c} (pid ${pid}) ignored SIGTERM for 10s; sending SIGKILL"
-        kill -KILL "${pid}" 2>/dev/null || true
-      fi
-      log "stopped ${c} (pid ${pid})"
+      log "${c} (pid ${pid}) ignored SIGTERM for 10s; sending SIGKILL"
+      kill -KILL "${pid}" 2>/dev/null || true
     fi
-    rm -f "${dir}/run/${c}.pid" "${dir}/run/${c}.start"
+    log "stopped ${c} (pid ${pid})"
+  fi
+  rm -f "${dir}/run/${c}.pid" "${dir}/run/${c}.start"
+}
+
+stop_all() {
+  local i
+  for ((i = ${#components[@]} - 1; i >= 0; i--)); do
+    stop_component "${components[i]}"
   done
 }
 
@@ -196,6 +204,37 @@ wait_for() { # WHAT COMMAND...: poll until COMMAND succeeds; fail if a component
   log "${what}: ok"
 }
 
+start_apiserver() { # BIN ETCD_PORT API_PORT: the one place kube-apiserver's flags are written
+  local bin="$1" etcd_port="$2" api_port="$3"
+  start kube-apiserver "${bin}/kube-apiserver" \
+    --etcd-servers="http://${host}:${etcd_port}" \
+    --bind-address="${host}" --advertise-address="${host}" --secure-port="${api_port}" \
+    --tls-cert-file="${dir}/pki/apiserver.crt" --tls-private-key-file="${dir}/pki/apiserver.key" \
+    --client-ca-file="${dir}/pki/ca.crt" \
+    --token-auth-file="${dir}/pki/tokens.csv" \
+    --authorization-mode=RBAC \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="${dir}/pki/sa.pub" \
+    --service-account-signing-key-file="${dir}/pki/sa.key" \
+    --service-cluster-ip-range=10.0.0.0/24 \
+    --endpoint-reconciler-type=none \
+    --allow-privileged=true
+}
+
+restart_apiserver() { # [SECONDS]: stop kube-apiserver, wait, start it again with the same flags and port
+  local down_for="${1:-0}" bin etcd_port api_port
+  [[ -s "${dir}/run/ports" && -s "${dir}/run/bin" ]] || die "no cluster in ${dir} (run: $0 up)"
+  [[ "${down_for}" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "restart-apiserver: SECONDS must be a number"
+  bin="$(<"${dir}/run/bin")"
+  etcd_port="$(sed -n 's/^etcd=//p' "${dir}/run/ports")"
+  api_port="$(sed -n 's/^kube-apiserver=//p' "${dir}/run/ports")"
+  alive etcd || die "etcd is not running in ${dir}"
+  stop_component kube-apiserver
+  sleep "${down_for}"
+  start_apiserver "${bin}" "${etcd_port}" "${api_port}"
+  wait_for "kube-apiserver /readyz" readyz
+}
+
 healthz() { # PORT: component's own /healthz (served without auth)
   curl -skf --max-time 5 "https://${host}:$1/healthz" >/dev/null
 }
@@ -245,19 +284,8 @@ up() {
     --unsafe-no-fsync=true --log-level=warn
   wait_for "etcd" curl -sf --max-time 5 "http://${host}:${etcd_port}/health" -o /dev/null
 
-  start kube-apiserver "${bin}/kube-apiserver" \
-    --etcd-servers="http://${host}:${etcd_port}" \
-    --bind-address="${host}" --advertise-address="${host}" --secure-port="${api_port}" \
-    --tls-cert-file="${dir}/pki/apiserver.crt" --tls-private-key-file="${dir}/pki/apiserver.key" \
-    --client-ca-file="${dir}/pki/ca.crt" \
-    --token-auth-file="${dir}/pki/tokens.csv" \
-    --authorization-mode=RBAC \
-    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
-    --service-account-key-file="${dir}/pki/sa.pub" \
-    --service-account-signing-key-file="${dir}/pki/sa.key" \
-    --service-cluster-ip-range=10.0.0.0/24 \
-    --endpoint-reconciler-type=none \
-    --allow-privileged=true
+  echo "${bin}" > "${dir}/run/bin"
+  start_apiserver "${bin}" "${etcd_port}" "${api_port}"
   wait_for "kube-apiserver /readyz" readyz
 
   start kube-scheduler "${bin}/kube-scheduler" \
@@ -329,5 +357,6 @@ case "${1:-}" in
   down) down "${2:-}" ;;
   env) print_env ;;
   status) status ;;
-  *) echo "usage: $0 up|down [--keep]|env|status" >&2; exit 2 ;;
+  restart-apiserver) restart_apiserver "${2:-0}" ;;
+  *) echo "usage: $0 up|down [--keep]|env|status|restart-apiserver [SECONDS]" >&2; exit 2 ;;
 esac

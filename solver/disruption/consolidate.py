@@ -52,7 +52,7 @@ MAX_REPROVISION = 4.0
 
 @dataclass(frozen=True)
 class ConsolidateOptions:
-    time_limit: float = 15.0
+    time_limit: float = 10.0
     #: the moment budgets, consolidateAfter, expireAfter and do-not-disrupt durations are evaluated at
     now: datetime | None = None
     #: $/h one unit of Karpenter eviction cost is worth; 0 = any saving justifies a move, fewer evictions
@@ -278,23 +278,26 @@ class Model:
                 self.m.add(sum(used) - sum(freed) <= max(left, 0))
 
     def _balanced(self) -> None:
-        """Balanced: a pool's share of cost saved must be at least half its share of pods evicted."""
+        """Balanced: a pool's share of cost saved must be at least half its share of pods evicted. It governs
+        consolidation (Empty / Underutilized removals), not drift or expiration: the constraint holds only when
+        the pool consolidates; every launch in the pool counts as spent (conservative when drift mixes in)."""
         problem = self.problem
         for pool in {s.pool.name for s in self.state.nodes if s.pool is not None
                      and s.pool.spec.disruption.consolidation_policy == "Balanced"}:
             members = [s for s in self.state.nodes if s.pool is not None and s.pool.name == pool]
             cost = sum(price_micros(s.price) for s in members)
             pods = sum(len(s.pods) for s in members)
-            if not pods or not cost:
+            voluntary = [k for k, s in enumerate(self.candidates) if s.pool is not None and s.pool.name == pool
+                         and s.reason in ("Empty", "Underutilized")]
+            if not pods or not cost or not voluntary:
                 continue
-            saved = [price_micros(s.price) * self.remove[k] for k, s in enumerate(self.candidates)
-                     if s.pool is not None and s.pool.name == pool]
+            saved = [price_micros(self.candidates[k].price) * self.remove[k] for k in voluntary]
             spent = [problem.templates[t].price_micros * self.launch[i] for i, (t, _) in enumerate(self.patterns)
                      if problem.templates[t].pool.name == pool]
-            evicted = [len(s.pods) * self.remove[k] for k, s in enumerate(self.candidates)
-                       if s.pool is not None and s.pool.name == pool]
-            if saved:
-                self.m.add(2 * pods * (sum(saved) - sum(spent)) >= cost * sum(evicted))
+            evicted = [len(self.candidates[k].pods) * self.remove[k] for k in voluntary]
+            consolidating = self.m.new_bool_var(f"consolidating[{pool}]")
+            self.m.add_max_equality(consolidating, [self.remove[k] for k in voluntary])
+            self.m.add(2 * pods * (sum(saved) - sum(spent)) >= cost * sum(evicted)).only_enforce_if(consolidating)
 
     def _spot(self) -> None:
         """Karpenter's rule: when every removed node is spot, replacements may not be spot (unless

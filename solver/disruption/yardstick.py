@@ -63,17 +63,19 @@ def within_limits(state: ClusterState, removed: list[NodeState]) -> bool:
 
 
 def balanced_allows(state: ClusterState, removed: list[NodeState], spent: dict[str, float] | None = None) -> bool:
-    """The Balanced policy (the model's ``_balanced``): in each Balanced pool that loses nodes, the share of the
-    pool's hourly cost saved (removed prices minus ``spent`` on that pool's replacements) is at least half
-    the share of its pods evicted."""
+    """The Balanced policy (the model's ``_balanced``): in each Balanced pool that consolidates (removes Empty or
+    Underutilized nodes; drift and expiration are not its business), the share of the pool's hourly cost saved
+    by those removals minus ``spent`` on the pool's replacements is at least half the share of its pods they
+    evict."""
     spent = spent or {}
-    for pool in {s.pool.name for s in removed if s.pool is not None
+    consolidated = [s for s in removed if s.reason in ("Empty", "Underutilized")]
+    for pool in {s.pool.name for s in consolidated if s.pool is not None
                  and s.pool.spec.disruption.consolidation_policy == "Balanced"}:
         members = [s for s in state.nodes if s.pool is not None and s.pool.name == pool]
         cost, pods = sum(s.price for s in members), sum(len(s.pods) for s in members)
         if not pods or not cost:
             continue
-        gone = [s for s in removed if s.pool is not None and s.pool.name == pool]
+        gone = [s for s in consolidated if s.pool is not None and s.pool.name == pool]
         saved = sum(s.price for s in gone) - spent.get(pool, 0.0)
         if 2 * pods * saved < cost * sum(len(s.pods) for s in gone) - 1e-9:
             return False

@@ -7,6 +7,11 @@ resource dimensions so every stage (greedy, patterns, compact model, proof) enfo
   dimension of capacity 1 consumed by every pending pod it selects, so a group of Deployments that all
   repel one label (Karpenter's benchmark: every ``app=nginx`` pod) holds one pod per node in total.
   Conservative when a selected pod does not itself repel the others.
+- Required pod anti-affinity on hostname between classes (the owners' term selects other pending classes,
+  not themselves): one dimension of capacity H, the pods of the larger side taking 1 each and those of
+  the smaller side H each, where H is the larger side's pod count. A node then holds either any number
+  of the larger side or one pod of the smaller side, never both. Conservative: two pods of the smaller
+  side never share a node either (none when they repel their own kind anyway).
 - Hostname topology spread (DoNotSchedule): each distinct (namespace, selector, maxSkew) is a dimension
   of capacity maxSkew, consumed by every pending pod the selector matches, less the matching pods
   already on an existing node. At most maxSkew per node keeps the skew at most maxSkew whatever the
@@ -19,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from model.affinity import LabelSelector, PodAffinityTerm
-from model.labels import HOSTNAME, ZONE
+from model.labels import HOSTNAME
 from model.pod import Pod
 from solver.classes import PodClass
 
@@ -54,11 +59,15 @@ def build_counters(classes: Sequence[PodClass],
     counters: list[NodeCounter] = []
     namespace_labels = namespace_labels or {}
     repelled: dict[tuple[str, PodAffinityTerm], NodeCounter] = {}
+    others: dict[tuple[str, PodAffinityTerm], list[int]] = {}
     for c in classes:
         pod = c.representative
         for term in pod.pod_anti_affinity:
-            if term.topology_key != HOSTNAME or not term.selects(pod.namespace, pod.labels, pod.namespace,
-                                                                 pod.labels, namespace_labels.get(pod.namespace)):
+            if term.topology_key != HOSTNAME:
+                continue
+            if not term.selects(pod.namespace, pod.labels, pod.namespace, pod.labels,
+                                namespace_labels.get(pod.namespace)):
+                others.setdefault((pod.namespace, term), []).append(c.index)
                 continue
             term_key = (pod.namespace, term)
             if term_key in repelled:
@@ -71,6 +80,7 @@ def build_counters(classes: Sequence[PodClass],
             counter = NodeCounter(name=f"repel:{pod.namespace}/{len(repelled)}", uses=uses, new_capacity=1)
             repelled[term_key] = counter
             counters.append(counter)
+    counters.extend(_cross_class(classes, others, namespace_labels))
     ports: dict[tuple[str, int], NodeCounter] = {}
     for c in classes:
         for port in c.representative.host_ports:
@@ -84,22 +94,54 @@ def build_counters(classes: Sequence[PodClass],
     for c in classes:
         pod = c.representative
         for spread in pod.topology_spread:
-            if spread.topology_key != HOSTNAME or spread.when_unsatisfiable != "DoNotSchedule" or not spread.selector:
+            selector = spread.selector_for(pod.labels)
+            if spread.topology_key != HOSTNAME or spread.when_unsatisfiable != "DoNotSchedule" or not selector:
                 continue
-            spread_key = (pod.namespace, spread.selector, spread.max_skew)
+            spread_key = (pod.namespace, selector, spread.max_skew)
             if spread_key in spreads:
                 continue
             counter = NodeCounter(name=f"spread:{pod.namespace}/{len(spreads)}", new_capacity=spread.max_skew,
                                   uses={o.index: 1 for o in classes if o.representative.namespace == pod.namespace
-                                        and spread.selector.matches(o.representative.labels)},
-                                  selector=(pod.namespace, spread.selector))
+                                        and selector.matches(o.representative.labels)},
+                                  selector=(pod.namespace, selector))
             spreads[spread_key] = counter
             counters.append(counter)
     return counters
 
 
+def _cross_class(classes: Sequence[PodClass], owners_of: Mapping[tuple[str, PodAffinityTerm], list[int]],
+                 namespace_labels: Mapping[str, dict[str, str]]) -> list[NodeCounter]:
+    """Weighted counters keeping the owners of a hostname anti-affinity term off the pending classes it
+    selects (see the module docstring); terms whose sides overlap or are both bundles are left out."""
+    out: list[NodeCounter] = []
+    for (namespace, term), owners in owners_of.items():
+        targets = [o.index for o in classes if o.index not in owners and term.selects(
+            namespace, classes[owners[0]].representative.labels, o.representative.namespace,
+            o.representative.labels, namespace_labels.get(o.representative.namespace))]
+        if not targets:
+            continue
+        sides = sorted([owners, targets], key=lambda side: (sum(len(classes[k].pods) for k in side),
+                                                              any(classes[k].bundle for k in side)))
+        small, large = sides
+        if any(classes[k].bundle for k in small):
+            small, large = large, small
+            if any(classes[k].bundle for k in small):
+                continue
+        heavy = sum(len(classes[k].pods) for k in large)
+        uses = {k: 1 for k in large} | {k: heavy for k in small}
+        out.append(NodeCounter(name=f"repel-other:{namespace}/{len(out)}", uses=uses, new_capacity=heavy))
+    return out
+
+
+def separates(counter: NodeCounter, a: int, b: int) -> bool:
+    """Does this anti-affinity counter keep classes ``a`` and ``b`` off one node?"""
+    return (counter.port is None and counter.selector is None and a in counter.uses and b in counter.uses
+            and counter.uses[a] + counter.uses[b] > counter.new_capacity)
+
+
 def modelled_spread(pod: Pod) -> Mapping[int, bool]:
     """Which of a pod's spread constraints nodeplan models (by position): DoNotSchedule on hostname
-    (per-node counters) or zone (zone pins, ``rules.zones``)."""
-    return {i: s.topology_key in (HOSTNAME, ZONE) and s.when_unsatisfiable == "DoNotSchedule"
-            and s.selector is not None for i, s in enumerate(pod.topology_spread)}
+    (per-node counters), any constraint on another key (pins or soft pins, ``rules.topology``); a
+    constraint without a labelSelector counts no pods and always holds."""
+    return {i: s.selector is None or s.topology_key != HOSTNAME or s.when_unsatisfiable == "DoNotSchedule"
+            for i, s in enumerate(pod.topology_spread)}

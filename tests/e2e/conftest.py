@@ -7,6 +7,7 @@ are missing, the fixture builds them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
@@ -114,3 +115,19 @@ def crds(cluster: Cluster) -> list[str]:
 
     wait_for(established, 30, what="CRDs Established")
     return names
+
+
+def release_finalizers(api: client.ApiClient) -> None:
+    """Drop the ``karpenter.sh/termination`` finalizers from every NodeClaim and Node, for test clean-up once the
+    controller that would honour them has stopped (otherwise deleted claims and their Nodes stay forever)."""
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    for claim in custom.list_cluster_custom_object("karpenter.sh", "v1", "nodeclaims")["items"]:
+        if claim["metadata"].get("finalizers"):
+            with contextlib.suppress(client.ApiException):
+                custom.patch_cluster_custom_object("karpenter.sh", "v1", "nodeclaims", claim["metadata"]["name"],
+                                                   {"metadata": {"finalizers": None}})
+    for node in core.list_node().items:
+        if node.metadata.finalizers:
+            with contextlib.suppress(client.ApiException):
+                core.patch_node(node.metadata.name, {"metadata": {"finalizers": None}},
+                                _content_type="application/merge-patch+json")

@@ -66,7 +66,7 @@ def test_controller_manifests_pass_server_side_dry_run(cluster: Cluster) -> None
     for obj in load_yaml(ROOT / "deploy" / "controller.yaml"):
         apply(api, obj, dry_run=True)
         kinds.append(obj["kind"])
-    assert kinds == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment"]
+    assert kinds == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment"]
     # nothing was stored
     assert not client.RbacAuthorizationV1Api(api).list_cluster_role(
         field_selector="metadata.name=nodeplan").items

@@ -22,12 +22,13 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from bench.workloads import KWOK_NODECLASS, deployment
 from controller.provisioner import ProvisionerOptions
 from controller.run import Controller, ControllerOptions
 from model.snapshot import parse_objects
 from providers.kwok import kwok_catalog
 from solver.provision import SolveOptions, solve
-from tests.e2e.conftest import Cluster, apply, wait_for
+from tests.e2e.conftest import Cluster, apply, release_finalizers, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -43,7 +44,7 @@ NODEPOOL = {
         "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}}},
         "limits": {"cpu": "1000"}},
 }
-NODECLASS = {"apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass", "metadata": {"name": "default"}}
+NODECLASS = KWOK_NODECLASS
 
 
 def deployments(total: int, seed: int = 42) -> list[dict[str, Any]]:
@@ -52,15 +53,7 @@ def deployments(total: int, seed: int = 42) -> list[dict[str, Any]]:
     out, made, i = [], 0, 0
     while made < total:
         replicas = min(total - made, rng.choice((10, 20, 30, 40)))
-        resources = {"requests": {"cpu": rng.choice(CPU), "memory": rng.choice(MEMORY)}}
-        labels = {"app": f"app-{i:02d}"}
-        out.append({"apiVersion": "apps/v1", "kind": "Deployment",
-                    "metadata": {"name": f"app-{i:02d}", "namespace": NAMESPACE},
-                    "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
-                             "template": {"metadata": {"labels": labels}, "spec": {
-                                 "terminationGracePeriodSeconds": 0,
-                                 "containers": [{"name": "app", "image": "registry.example.com/app:1",
-                                                 "resources": resources}]}}}})
+        out.append(deployment(f"app-{i:02d}", NAMESPACE, replicas, cpu=rng.choice(CPU), memory=rng.choice(MEMORY)))
         made += replicas
         i += 1
     return out
@@ -78,6 +71,7 @@ def workspace(cluster: Cluster, crds: list[str]) -> Iterator[client.ApiClient]:
     core.delete_namespace(NAMESPACE, grace_period_seconds=0)
     custom = client.CustomObjectsApi(api)
     custom.delete_collection_cluster_custom_object(GROUP, VERSION, "nodeclaims")
+    release_finalizers(api)  # the controller that would drain them has stopped
     custom.delete_cluster_custom_object(GROUP, VERSION, "nodepools", "general")
 
     def clean() -> bool:  # the next test starts from an empty cluster: Nodes go with their NodeClaims (owner)
@@ -142,6 +136,13 @@ def test_pending_pods_get_the_plans_nodes_and_run(cluster: Cluster, workspace: c
     # every pod runs on one of them
     assert {p.spec.node_name for p in _pods(core)} <= set(nodes)
 
+    # how often the kube-scheduler did not follow the plan (a pod bound elsewhere than its NodeClaim, or planned
+    # twice because it was still pending when its claim's bind grace ran out): reported, not asserted
+    where = {f"{NAMESPACE}/{p.metadata.name}": p.spec.node_name for p in _pods(core)}
+    deviated = sorted(k for name, nc in planned.items() for k in nc.pods if where.get(k) != name)
+    replanned = sum(len(nc.pods) for nc in planned.values()) - len({k for nc in planned.values() for k in nc.pods})
+    print(f"\nscheduler deviations: {len(deviated)} pod(s) not on their planned node, {replanned} re-planned")
+
     # cost: never above Karpenter's greedy algorithm on the same pods
     cost = sum(nc.price for nc in planned.values())
     greedy = _greedy_cost(api)
@@ -176,8 +177,10 @@ def _pod(name: str, cpu: str, memory: str) -> dict[str, Any]:
 
 def _controller_process(cluster: Cluster, log: Any) -> subprocess.Popen[bytes]:
     nodeplan = Path(sys.executable).parent / "nodeplan"
+    # free ports: other e2e sessions on the same machine run controllers too (the defaults are 8080 / 8081)
     return subprocess.Popen([str(nodeplan), "run", "--kubeconfig", str(cluster.kubeconfig), "--batch-idle", "1",
-                             "--batch-max", "5", "--solve-time-limit", "3"], stdout=log, stderr=log)
+                             "--batch-max", "5", "--solve-time-limit", "3", "--metrics-port", "0", "--health-port", "0",
+                             "--bind-address", "127.0.0.1"], stdout=log, stderr=log)
 
 
 def test_restart_mid_provisioning_launches_nothing_twice(cluster: Cluster, workspace: client.ApiClient,

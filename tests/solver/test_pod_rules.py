@@ -65,12 +65,12 @@ def test_host_ports_hold_one_pod_per_node_and_avoid_daemonset_ports() -> None:
 
 
 def test_unmodelled_constraints_are_reported() -> None:
-    spread = {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+    spread = {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
                                              "whenUnsatisfiable": "ScheduleAnyway",
                                              "labelSelector": {"matchLabels": {"app": "web"}}}]}
     objects = [linux_pool("default"), pod("web", labels={"app": "web"}, spec_extra=spread)]
     plan = solve_verified(snapshot_of(objects)).plan
-    assert any("topology spread on topology.kubernetes.io/zone (ScheduleAnyway) is not modelled" in n
+    assert any("topology spread on kubernetes.io/hostname (ScheduleAnyway) is not modelled" in n
                for n in plan.solver.notes)
 
 

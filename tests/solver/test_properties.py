@@ -16,6 +16,10 @@ CATALOG = tuple(it for it in kwok_catalog() if it.labels["kubernetes.io/os"] == 
                 and int(it.labels["karpenter.kwok.sh/instance-cpu"]) <= 16)
 ZONES = ["test-zone-a", "test-zone-b", "test-zone-c", "test-zone-d"]
 TAINT = {"key": "team", "value": "ml", "effect": "NoSchedule"}
+SOFT_TAINT = {"key": "legacy", "value": "true", "effect": "PreferNoSchedule"}
+ZONE = "topology.kubernetes.io/zone"
+HOST = "kubernetes.io/hostname"
+RACK = "example.com/rack"
 
 
 @st.composite
@@ -32,10 +36,13 @@ def pools(draw: st.DrawFn) -> list[dict[str, Any]]:
         if draw(st.booleans()):
             reqs.append({"key": "karpenter.kwok.sh/instance-family", "operator": "NotIn",
                          "values": [draw(st.sampled_from(["c", "s", "m"]))]})
+        if draw(st.integers(0, 5)) == 0:  # Strict flexibility: at least two instance families per claim
+            reqs.append({"key": "karpenter.kwok.sh/instance-family", "operator": "Exists", "minValues": 2})
         limits = {"cpu": str(draw(st.sampled_from([8, 16, 64])))} if draw(st.integers(0, 3)) == 0 else None
-        taints = [TAINT] if draw(st.integers(0, 3)) == 0 else None
+        taints = draw(st.sampled_from([[TAINT], [SOFT_TAINT], None, None]))
+        labels = {RACK: f"r{draw(st.integers(0, 1))}"} if draw(st.booleans()) else None  # a custom domain key
         out.append(nodepool(f"pool-{i}", requirements=reqs, weight=draw(st.sampled_from([None, 10, 50])),
-                            limits=limits, taints=taints))
+                            limits=limits, taints=taints, labels=labels))
     return out
 
 
@@ -62,7 +69,29 @@ def workloads(draw: st.DrawFn) -> list[dict[str, Any]]:
                     {"key": "topology.kubernetes.io/zone", "operator": "In",
                      "values": [draw(st.sampled_from(ZONES))]}]}}]
         pod_rule = draw(st.sampled_from([None, None, "anti", "port", "zone-anti", "zone-spread", "host-spread",
-                                         "host-affinity", "zone-affinity"]))
+                                         "host-affinity", "zone-affinity", "soft-spread", "soft-anti",
+                                         "affinity-bound", "anti-bound", "anti-other", "rack-spread", "rack-anti",
+                                         "affinity-other"]))
+        if pod_rule in ("affinity-bound", "anti-bound"):  # towards the running pods (app=bound), if any
+            kind = "podAffinity" if pod_rule == "affinity-bound" else "podAntiAffinity"
+            key = draw(st.sampled_from([ZONE, HOST]))
+            extra.setdefault("affinity", {})[kind] = {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "bound"}}, "topologyKey": key}]}
+        if pod_rule == "anti-other" and d > 0:  # repels an earlier Deployment on the hostname
+            extra.setdefault("affinity", {})["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": f"d{draw(st.integers(0, d - 1))}"}}, "topologyKey": HOST}]}
+        if pod_rule == "affinity-other" and d > 0:  # joins an earlier Deployment's zone or rack
+            extra.setdefault("affinity", {})["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": f"d{draw(st.integers(0, d - 1))}"}},
+                 "topologyKey": draw(st.sampled_from([ZONE, RACK]))}]}
+        if pod_rule == "soft-spread":
+            extra["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": ZONE,
+                                                   "whenUnsatisfiable": "ScheduleAnyway",
+                                                   "labelSelector": {"matchLabels": {"app": f"d{d}"}}}]
+        if pod_rule == "soft-anti":
+            extra.setdefault("affinity", {})["podAntiAffinity"] = {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": draw(st.integers(1, 100)), "podAffinityTerm": {
+                    "labelSelector": {"matchLabels": {"app": f"d{d}"}}, "topologyKey": ZONE}}]}
         if pod_rule in ("host-affinity", "zone-affinity"):  # to its own Deployment only
             key = "kubernetes.io/hostname" if pod_rule == "host-affinity" else "topology.kubernetes.io/zone"
             extra.setdefault("affinity", {})["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [
@@ -71,11 +100,15 @@ def workloads(draw: st.DrawFn) -> list[dict[str, Any]]:
             key = "kubernetes.io/hostname" if pod_rule == "anti" else "topology.kubernetes.io/zone"
             extra.setdefault("affinity", {})["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [
                 {"labelSelector": {"matchLabels": {"app": f"d{d}"}}, "topologyKey": key}]}
-        if pod_rule in ("zone-spread", "host-spread"):
-            key = "kubernetes.io/hostname" if pod_rule == "host-spread" else "topology.kubernetes.io/zone"
+        if pod_rule in ("zone-spread", "host-spread", "rack-spread"):
+            key = {"host-spread": HOST, "zone-spread": ZONE, "rack-spread": RACK}[pod_rule]
             extra["topologySpreadConstraints"] = [{"maxSkew": draw(st.integers(1, 2)), "topologyKey": key,
                                                    "whenUnsatisfiable": "DoNotSchedule",
+                                                   "nodeTaintsPolicy": draw(st.sampled_from(["Honor", "Ignore"])),
                                                    "labelSelector": {"matchLabels": {"app": f"d{d}"}}}]
+        if pod_rule == "rack-anti":
+            extra.setdefault("affinity", {})["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": f"d{d}"}}, "topologyKey": RACK}]}
         cpu = draw(st.sampled_from(["100m", "250m", "500m", "1", "1500m", "3"]))
         memory = draw(st.sampled_from(["128Mi", "512Mi", "1Gi", "4Gi", "12Gi"]))
         for r in range(draw(st.integers(1, 12))):
@@ -102,7 +135,8 @@ def existing(draw: st.DrawFn, pool_names: list[str]) -> list[dict[str, Any]]:
                     "status": {"capacity": {"cpu": "4", "memory": "16Gi", "pods": "64"},
                                "allocatable": {"cpu": "3900m", "memory": "16Gi", "pods": "64"},
                                "conditions": [{"type": "Ready", "status": "True"}]}})
-        out.append(pod(f"bound-{i}", cpu=draw(st.sampled_from(["500m", "2"])), memory="2Gi", node_name=name))
+        out.append(pod(f"bound-{i}", cpu=draw(st.sampled_from(["500m", "2"])), memory="2Gi", node_name=name,
+                       labels={"app": "bound"}))
     return out
 
 
@@ -127,6 +161,9 @@ def test_random_clusters_give_valid_plans_no_worse_than_greedy(objects: list[dic
     plan, greedy = result.plan, result.greedy
     assert len(plan.unschedulable) <= len(greedy.unschedulable)
     weights = {np.weight for np in snapshot.nodepools}
-    preferences = any(p.preferred_terms for p in snapshot.pods)
+    preferences = any(p.preferred_terms or p.preferred_pod_anti_affinity or p.preferred_pod_affinity
+                      or any(s.when_unsatisfiable == "ScheduleAnyway" for s in p.topology_spread)
+                      for p in snapshot.pods) or any(t.effect == "PreferNoSchedule" for np in snapshot.nodepools
+                                                     for t in np.taints)
     if len(plan.unschedulable) == len(greedy.unschedulable) and len(weights) == 1 and not preferences:
         assert plan.cost.total <= (plan.cost.greedy or 0.0) + 1e-5  # prices are summed as floats

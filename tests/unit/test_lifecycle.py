@@ -121,3 +121,22 @@ def test_insufficient_capacity_marks_the_offering_and_stops() -> None:
     assert conditions(cache) == {"Launched": "False"}
     assert lifecycle.unavailable.active() == {("c-4x-amd64-linux", "z", "spot")}
     assert lifecycle.reconcile_all() == 0  # not retried
+
+
+def test_registration_waits_for_a_claim_about_to_launch() -> None:
+    from datetime import UTC, datetime
+
+    lifecycle, cache, recorder = setup()
+    lifecycle.reconcile_all()  # launch c1
+    cache.upsert("Node", {"metadata": {"name": "c1", "resourceVersion": "2", "labels": {}}, "spec": {},
+                          "status": READY})
+    created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    cache.upsert("NodeClaim", {"metadata": {"name": "c2", "uid": "c2-uid", "resourceVersion": "5",
+                                            "creationTimestamp": created, "annotations": {PODS_ANNOTATION: "[]"}}})
+    recorder.calls.clear()
+    assert lifecycle.reconcile_all() == 1  # c2 launched; c1 waits for it
+    assert not any(kind == "patch_node" for kind, _ in recorder.calls)
+    cache.upsert("Node", {"metadata": {"name": "c2", "resourceVersion": "3", "labels": {}}, "spec": {},
+                          "status": READY})
+    assert lifecycle.reconcile_all() == 2  # both registered, together
+    assert sorted(args[0] for kind, args in recorder.calls if kind == "patch_node") == ["c1", "c2"]

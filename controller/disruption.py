@@ -1,0 +1,562 @@
+"""Consolidation in the controller: ``solver.disruption.consolidate`` decides, this module carries it out safely.
+
+Every ``interval`` seconds, and only while the cluster is quiet (no pending pod the last batch could have
+placed, no NodeClaim launching or terminating: one action at a time, as Karpenter), one pass:
+
+1. snapshot (the provisioner's view plus PodDisruptionBudgets) → ``consolidate`` within ``time_limit``;
+2. if the plan removes nodes, wait ``validation_wait`` (Karpenter: 15 s) and re-check the decision against
+   fresh state: every removed node still a candidate for the same reason with the same pods, every node that
+   receives pods unchanged, the pools' budgets and the PDBs' allowances still covering it. Otherwise abandon;
+3. taint the candidates ``karpenter.sh/disrupted:NoSchedule``; create the replacement NodeClaims (the
+   provisioner's body, names derived from the decision) and wait until they are Initialized;
+4. delete the candidates' NodeClaims: their finalizer drains each node through the Eviction API, PDB refusals
+   retried (``controller.termination``, ``controller.drain``), then the instance goes.
+
+A replacement that fails to launch or is not Initialized within ``replacement_timeout`` abandons the decision:
+candidates untainted, replacements deleted, nothing evicted. A disrupted taint left on a node whose NodeClaim is
+not being deleted (a pass interrupted by a crash) is removed at the start of the next pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol, cast
+
+from kubernetes import client
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from controller.batch import is_bound, is_daemon_or_static, is_terminal, pod_key
+from controller.cache import ClusterCache, Resource
+from controller.conditions import conditions_of, is_true
+from controller.events import EventRecorder
+from controller.metrics import Metrics
+from controller.offerings import UnavailableOfferings
+from controller.provisioner import GROUP, VERSION, Provisioner, claim_name, claim_node_name, nodeclaim_body
+from model import labels as wk
+from model.disruption import DisruptionPlan
+from model.instancetype import InstanceType
+from model.nodepool import NodePool
+from model.snapshot import Snapshot, parse_objects
+from solver.disruption.candidates import ClusterState, analyse
+from solver.disruption.consolidate import ConsolidateOptions
+from solver.disruption.plan import ConsolidationResult, consolidate
+
+log = logging.getLogger(__name__)
+
+PLURAL = "nodeclaims"
+#: on replacement NodeClaims: the nodes they replace (for people reading ``kubectl get nodeclaims -o yaml``)
+REPLACES_ANNOTATION = "nodeplan.io/replaces"
+#: blocked-candidate reasons worth an Event (the others — consolidateAfter, not initialized — are transient)
+_ACTIONABLE = ("node has", "pod ", "PodDisruptionBudget", "nominated")
+
+
+@dataclass
+class DisruptionOptions:
+    enabled: bool = True
+    interval: float = 10.0
+    #: seconds ``consolidate`` may spend on one decision
+    time_limit: float = 15.0
+    #: wait between deciding and re-checking the decision (Karpenter: 15 s)
+    validation_wait: float = 15.0
+    #: replacements not Initialized by then abandon the decision
+    replacement_timeout: float = 300.0
+    seed: int = 0
+    workers: int = 2
+    spot_to_spot: bool = False
+
+
+# -- what a pass writes -----------------------------------------------------------------------------------
+class Writer(Protocol):
+    def taint(self, node: str) -> None: ...
+
+    def untaint(self, node: str) -> None: ...
+
+    def create_claim(self, body: dict[str, Any]) -> None:
+        """Create a NodeClaim; one that already exists (a retried decision) is not an error."""
+        ...
+
+    def delete_claim(self, name: str) -> None:
+        """Delete a NodeClaim (its finalizer drains the node); one already gone is not an error."""
+        ...
+
+
+class KubeWriter:
+    """``Writer`` against the API server; writes are reflected in the cache at once."""
+
+    def __init__(self, api: client.ApiClient, cache: ClusterCache) -> None:
+        self._core = client.CoreV1Api(api)
+        self._custom = client.CustomObjectsApi(api)
+        self._cache = cache
+
+    def _set_taints(self, node: str, edit: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]) -> None:
+        for attempt in range(5):
+            try:
+                raw = cast(dict[str, Any], self._core.read_node(node, _preload_content=False).json())
+            except client.ApiException as err:
+                if err.status == 404:
+                    return
+                raise
+            current = (raw.get("spec") or {}).get("taints")
+            wanted = edit(list(current or []))
+            if wanted == (current or []):
+                return
+            patch = [{"op": "test", "path": "/metadata/resourceVersion", "value": raw["metadata"]["resourceVersion"]},
+                     {"op": "replace" if current is not None else "add", "path": "/spec/taints", "value": wanted}]
+            try:
+                updated = self._core.patch_node(node, patch, _preload_content=False)
+            except client.ApiException as err:
+                if err.status in (409, 422) and attempt < 4:
+                    continue  # changed under us: read again
+                if err.status == 404:
+                    return
+                raise
+            self._cache.upsert("Node", cast(dict[str, Any], updated.json()))
+            return
+
+    def taint(self, node: str) -> None:
+        self._set_taints(node, lambda taints: taints if any(_is_disrupted(t) for t in taints)
+                         else [*taints, {"key": wk.DISRUPTED_TAINT, "effect": "NoSchedule"}])
+        log.info("node %s tainted %s:NoSchedule", node, wk.DISRUPTED_TAINT)
+
+    def untaint(self, node: str) -> None:
+        self._set_taints(node, lambda taints: [t for t in taints if not _is_disrupted(t)])
+        log.info("node %s untainted", node)
+
+    def create_claim(self, body: dict[str, Any]) -> None:
+        try:
+            created = self._custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+        except client.ApiException as err:
+            if err.status == 409:
+                return
+            raise
+        self._cache.upsert("NodeClaim", cast(dict[str, Any], created))
+
+    def delete_claim(self, name: str) -> None:
+        try:
+            self._custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+        except client.ApiException as err:
+            if err.status != 404:
+                raise
+
+
+def _is_disrupted(taint: Mapping[str, Any]) -> bool:
+    return taint.get("key") == wk.DISRUPTED_TAINT and taint.get("effect") == "NoSchedule"
+
+
+def pdb_resource(api: client.ApiClient) -> Resource:
+    """PodDisruptionBudgets for the cache: consolidation plans within their allowances."""
+    policy = client.PolicyV1Api(api)
+    return Resource("PodDisruptionBudget", "policy/v1", policy.list_pod_disruption_budget_for_all_namespaces)
+
+
+# -- metrics ----------------------------------------------------------------------------------------------
+class DisruptionMetrics:
+    """Karpenter's disruption metrics (its names, so its dashboards work), in the controller's registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.decisions = Counter("karpenter_voluntary_disruption_decisions", "Disruption decisions carried out",
+                                 ["decision", "reason", "consolidation_type"], registry=registry)
+        self.disrupted = Counter("karpenter_nodeclaims_disrupted", "NodeClaims deleted by a disruption decision",
+                                 ["reason", "nodepool", "capacity_type"], registry=registry)
+        self.eligible = Gauge("karpenter_voluntary_disruption_eligible_nodes",
+                              "Nodes consolidation may remove, by reason (last pass)", ["reason"], registry=registry)
+        self.evaluation = Histogram("karpenter_voluntary_disruption_decision_evaluation_duration_seconds",
+                                    "Seconds one consolidation decision took to compute", registry=registry,
+                                    buckets=(0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0))
+        self.abandoned = Counter("nodeplan_disruption_abandoned", "Decisions abandoned before any eviction",
+                                 ["cause"], registry=registry)
+        for reason in ("Empty", "Underutilized", "Drifted", "Expired"):
+            self.eligible.labels(reason).set(0)
+
+
+# -- one decision -----------------------------------------------------------------------------------------
+def pods_by_node(state: ClusterState) -> dict[str, frozenset[str]]:
+    """Pod keys (daemon and terminal pods excluded) on every node: what a decision's validity rests on."""
+    return {s.name: frozenset(p.key for p in s.pods) for s in state.nodes}
+
+
+@dataclass
+class Decision:
+    plan: DisruptionPlan
+    #: removed node → its NodeClaim
+    claims: dict[str, str]
+    #: pods on every node the decision removes or moves pods onto, when it was taken
+    pods: dict[str, frozenset[str]]
+    #: replacement NodeClaims to create: name → body
+    replacements: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        """Karpenter's ``decision`` label: delete (no replacement) or replace."""
+        return "replace" if self.plan.node_claims else "delete"
+
+    @property
+    def consolidation_type(self) -> str:
+        if all(r.evictions == 0 for r in self.plan.remove):
+            return "empty"
+        return "multi" if len(self.plan.remove) > 1 else "single"
+
+    def describe(self) -> str:
+        removed = ", ".join(f"{r.node} ({r.reason})" for r in self.plan.remove)
+        launched = ", ".join(f"{c.instance_type}/{c.zone}/{c.capacity_type}" for c in self.plan.node_claims)
+        return (f"remove {removed}" + (f"; launch {launched}" if launched else "")
+                + f"; saves {self.plan.cost.savings:.4f} $/h, {self.plan.disruption.evictions} eviction(s)")
+
+
+def still_valid(decision: Decision, state: ClusterState) -> str:
+    """'' when ``decision`` still holds in ``state`` (fresh, after the validation wait); else why not."""
+    removed = []
+    for removal in decision.plan.remove:
+        node = state.state(removal.node)
+        if node is None:
+            return f"node {removal.node} is gone"
+        if not node.candidate:
+            return f"node {removal.node} is no longer a candidate: {node.blocked or 'no reason to remove it'}"
+        if node.reason != removal.reason:
+            return f"node {removal.node} is now {node.reason}, was {removal.reason}"
+        removed.append(node)
+    now = pods_by_node(state)
+    for name, pods in decision.pods.items():
+        if now.get(name, frozenset()) != pods:
+            return f"the pods on node {name} changed"
+    for pool, limits in state.budgets.items():
+        for limit in limits:
+            used = sum(1 for s in removed if s.pool is not None and s.pool.name == pool and s.reason is not None
+                       and limit.covers(s.reason))
+            if used > limit.allowed:
+                return f"NodePool {pool} budget now allows {limit.allowed} disruption(s), the decision needs {used}"
+    for pdb, allowed in state.pdbs:
+        hits = sum(1 for s in removed if s.reason != "Expired" for p in s.pods if pdb.selects(p))
+        if hits > allowed:
+            return f"PodDisruptionBudget {pdb.key} now allows {allowed} eviction(s), the decision needs {hits}"
+    return ""
+
+
+@dataclass
+class PassRecord:
+    """What one pass did (tests, logs)."""
+
+    started: float
+    #: busy | nothing | abandoned | failed | disrupted | stopped
+    outcome: str
+    detail: str = ""
+    plan: DisruptionPlan | None = None
+    removed: list[str] = field(default_factory=list)
+    replacements: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    #: why nodes were not candidates: first words of the reason → nodes (e.g. "PodDisruptionBudget": 9)
+    blocked: dict[str, int] = field(default_factory=dict)
+
+
+def _claim_state(raw: Mapping[str, Any] | None) -> str:
+    """initialized | failed | gone | launching"""
+    if raw is None or (raw.get("metadata") or {}).get("deletionTimestamp"):
+        return "gone"
+    if conditions_of(raw).get("Launched", {}).get("status") == "False":
+        return "failed"
+    return "initialized" if is_true(raw, "Initialized") else "launching"
+
+
+class Disruption:
+    """The consolidation loop's passes; clients, clock and waiting are passed in, so tests drive it with fakes."""
+
+    def __init__(self, cache: ClusterCache, writer: Writer, snapshot: Callable[[], Snapshot], *,
+                 options: DisruptionOptions | None = None, events: EventRecorder | None = None,
+                 metrics: DisruptionMetrics | None = None,
+                 unplaceable: Callable[[], Collection[str]] = lambda: (),
+                 on_created: Callable[[dict[str, Any]], None] | None = None,
+                 now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self.options = options or DisruptionOptions()
+        self._cache = cache
+        self._writer = writer
+        self._snapshot = snapshot
+        self._events = events
+        self._metrics = metrics
+        self._unplaceable = unplaceable
+        self._on_created = on_created
+        self._now = now
+        self._stop = threading.Event()
+        self._heartbeat: Callable[[], None] = lambda: None
+        self.history: list[PassRecord] = []
+
+    # -- the loop -----------------------------------------------------------------------------------------
+    def run(self, stop: threading.Event, heartbeat: Callable[[], None] = lambda: None,
+            on_error: Callable[[Exception], None] | None = None) -> None:
+        """Pass after pass until ``stop``; a failed pass is logged and retried after ``interval``."""
+        self._stop, self._heartbeat = stop, heartbeat
+        last = ""
+        while not stop.wait(self.options.interval):
+            heartbeat()
+            try:
+                self.step()
+                last = ""
+            except Exception as err:
+                log.exception("consolidation pass failed")
+                if on_error is not None and str(err) != last:  # a lasting failure is reported once
+                    on_error(err)
+                last = str(err)
+
+    def _wait(self, seconds: float) -> bool:
+        """Sleep (stop-aware, heartbeating); False when asked to stop."""
+        deadline = time.monotonic() + seconds
+        while True:
+            self._heartbeat()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return not self._stop.is_set()
+            if self._stop.wait(min(left, 1.0)):
+                return False
+
+    # -- quiet? -------------------------------------------------------------------------------------------
+    def busy(self) -> str:
+        """Why the cluster is not quiet enough to consolidate ('' when it is)."""
+        unplaceable = set(self._unplaceable())
+        waiting = [pod_key(p) for p in self._cache.items("Pod")
+                   if not is_bound(p) and not is_terminal(p) and not is_daemon_or_static(p)
+                   and not (p.get("metadata") or {}).get("deletionTimestamp")
+                   and not (p.get("spec") or {}).get("schedulingGates") and pod_key(p) not in unplaceable]
+        if waiting:
+            return f"{len(waiting)} pending pod(s), e.g. {sorted(waiting)[0]}"
+        for raw in self._cache.items("NodeClaim"):
+            name = (raw.get("metadata") or {}).get("name")
+            if (raw.get("metadata") or {}).get("deletionTimestamp"):
+                return f"NodeClaim {name} is terminating"
+            if _claim_state(raw) == "launching":
+                return f"NodeClaim {name} is launching"
+        return ""
+
+    # -- one pass -----------------------------------------------------------------------------------------
+    def step(self) -> PassRecord:
+        started = time.monotonic()
+        record = self._step(started)
+        record.seconds = time.monotonic() - started
+        self.history.append(record)
+        level = logging.INFO if record.outcome not in ("busy", "nothing") else logging.DEBUG
+        log.log(level, "consolidation pass: %s%s", record.outcome, f" ({record.detail})" if record.detail else "")
+        return record
+
+    def _step(self, started: float) -> PassRecord:
+        self._untaint_stale()
+        reason = self.busy()
+        if reason:
+            return PassRecord(started, "busy", reason)
+        snapshot = self._snapshot()
+        if not snapshot.nodepools:
+            return PassRecord(started, "nothing", "no NodePool")
+        t0 = time.monotonic()
+        result = consolidate(snapshot, self._consolidate_options())
+        if self._metrics is not None:
+            self._metrics.evaluation.observe(time.monotonic() - t0)
+        self._observe_candidates(result)
+        plan = result.plan
+        if not plan.remove:
+            blocked: dict[str, int] = {}
+            for node in result.state.nodes:
+                if node.blocked:
+                    blocked[node.blocked.split(" ")[0]] = blocked.get(node.blocked.split(" ")[0], 0) + 1
+            return PassRecord(started, "nothing", plan.solver.status, plan=plan, blocked=blocked)
+        decision = self._decision(result, snapshot)
+        log.info("consolidation decision: %s; validating in %.0fs", decision.describe(), self.options.validation_wait)
+        if not self._wait(self.options.validation_wait):
+            return PassRecord(started, "stopped", "before validation", plan=plan)
+        why = self._revalidate(decision) or self.busy()
+        if why:
+            return self._abandon(started, decision, "validation", why, tainted=False)
+        return self._execute(started, decision)
+
+    def _consolidate_options(self) -> ConsolidateOptions:
+        o = self.options
+        return ConsolidateOptions(time_limit=o.time_limit, now=self._now(), seed=o.seed, workers=o.workers,
+                                  spot_to_spot=o.spot_to_spot)
+
+    def _revalidate(self, decision: Decision) -> str:
+        orphans = sorted(node for node, claim in decision.claims.items() if not claim)
+        if orphans:
+            return f"node {orphans[0]} has no NodeClaim: not ours to remove"
+        snapshot = self._snapshot()
+        return still_valid(decision, analyse(snapshot, self._now()))
+
+    def _decision(self, result: ConsolidationResult, snapshot: Snapshot) -> Decision:
+        plan = result.plan
+        claims = {claim_node_name(c): str(c["metadata"]["name"]) for c in self._cache.items("NodeClaim")}
+        replacement_names = {c.name for c in plan.node_claims}
+        involved = {r.node for r in plan.remove} | {m.to for m in plan.moves if m.to not in replacement_names}
+        before = pods_by_node(result.state)
+        decision = Decision(plan=plan, claims={r.node: claims.get(r.node, "") for r in plan.remove},
+                            pods={n: before.get(n, frozenset()) for n in sorted(involved)})
+        uid_of = {p.key: p.uid or p.key for p in snapshot.pods}
+        pools: dict[str, NodePool] = {p.name: p for p in snapshot.nodepools}
+        replaces = ",".join(r.node for r in plan.remove)
+        for planned in plan.node_claims:
+            uids = sorted(uid_of.get(k, k) for k in planned.pods)
+            name = claim_name(planned.node_pool, planned, [replaces, *uids])
+            body = nodeclaim_body(planned, pools[planned.node_pool], name, [])
+            body["metadata"]["annotations"][REPLACES_ANNOTATION] = replaces
+            decision.replacements[name] = body
+        return decision
+
+    # -- execution ----------------------------------------------------------------------------------------
+    def _execute(self, started: float, decision: Decision) -> PassRecord:
+        try:
+            failure = self._prepare(decision)
+        except Exception as err:  # an API error before any eviction: put the candidates back, then report it
+            try:
+                self._abandon(started, decision, "error", f"{type(err).__name__}: {err}", tainted=True)
+            except Exception:
+                log.exception("could not roll back the consolidation decision; the next pass untaints")
+            raise
+        if failure:
+            return self._abandon(started, decision, "replacement", failure, tainted=True)
+        nodes = [r.node for r in decision.plan.remove]
+        for node in nodes:  # from here on the decision is carried out: termination drains and deletes
+            self._writer.delete_claim(decision.claims[node])
+            self._count_disrupted(decision, node)
+        if self._metrics is not None:
+            reason = decision.plan.remove[0].reason
+            self._metrics.decisions.labels(decision.kind, reason, decision.consolidation_type).inc()
+        self._event_on_pools(decision, "Normal", "Consolidated", decision.describe())
+        return PassRecord(started, "disrupted", decision.describe(), plan=decision.plan, removed=nodes,
+                          replacements=list(decision.replacements))
+
+    def _prepare(self, decision: Decision) -> str:
+        """Taint the candidates, launch the replacements and wait for them; '' when they are all Initialized."""
+        for removal in decision.plan.remove:
+            self._writer.taint(removal.node)
+            self._event_on_candidate(decision, removal.node, "Normal", "Disrupting",
+                                     f"Disrupting Node: {removal.reason}/{decision.kind.title()}"
+                                     f" ({decision.describe()})")
+        for body in decision.replacements.values():
+            self._writer.create_claim(body)
+            if self._on_created is not None:
+                self._on_created(body)
+        return self._await_replacements(list(decision.replacements))
+
+    def _await_replacements(self, names: Sequence[str]) -> str:
+        """'' once every replacement is Initialized; else why not (failed launch, gone, timeout, stop)."""
+        if not names:
+            return ""
+        deadline = time.monotonic() + self.options.replacement_timeout
+        generation = -1
+        while True:
+            claims = {str((c.get("metadata") or {}).get("name")): c for c in self._cache.items("NodeClaim")}
+            states = {name: _claim_state(claims.get(name)) for name in names}
+            bad = [f"{name} {state}" for name, state in states.items() if state in ("failed", "gone")]
+            if bad:
+                return f"replacement NodeClaim {bad[0]}"
+            if all(state == "initialized" for state in states.values()):
+                return ""
+            if time.monotonic() >= deadline:
+                waiting = sorted(n for n, s in states.items() if s != "initialized")
+                return (f"replacement NodeClaim {waiting[0]} not Initialized after "
+                        f"{self.options.replacement_timeout:.0f}s")
+            self._heartbeat()
+            if self._stop.is_set():
+                return "the controller is stopping"
+            generation = self._cache.wait_for_change(generation, min(1.0, max(0.0, deadline - time.monotonic())))
+
+    def _abandon(self, started: float, decision: Decision, cause: str, why: str, *, tainted: bool) -> PassRecord:
+        log.info("consolidation decision abandoned (%s): %s", cause, why)
+        if tainted:
+            for name in decision.replacements:
+                self._writer.delete_claim(name)
+            for removal in decision.plan.remove:
+                self._writer.untaint(removal.node)
+        if self._metrics is not None:
+            self._metrics.abandoned.labels(cause).inc()
+        kind = "Normal" if cause == "validation" else "Warning"
+        for removal in decision.plan.remove:
+            self._event_on_candidate(decision, removal.node, kind, "DisruptionAbandoned", why)
+        return PassRecord(started, "abandoned" if cause == "validation" else "failed", why, plan=decision.plan,
+                          replacements=list(decision.replacements))
+
+    def _untaint_stale(self) -> None:
+        """A disrupted taint on a node whose NodeClaim (ours) is not being deleted was left by an interrupted
+        pass. Nodes without a NodeClaim are someone else's: left alone."""
+        claims = self._cache.items("NodeClaim")
+        managed = {claim_node_name(c) for c in claims}
+        deleting = {claim_node_name(c) for c in claims if (c.get("metadata") or {}).get("deletionTimestamp")}
+        for node in self._cache.items("Node"):
+            meta = node.get("metadata") or {}
+            name = str(meta.get("name"))
+            if meta.get("deletionTimestamp") or name in deleting or name not in managed:
+                continue
+            if any(_is_disrupted(t) for t in (node.get("spec") or {}).get("taints") or []):
+                log.info("node %s carries a stale %s taint; removing it", name, wk.DISRUPTED_TAINT)
+                self._writer.untaint(name)
+
+    # -- observability ------------------------------------------------------------------------------------
+    def _observe_candidates(self, result: ConsolidationResult) -> None:
+        if self._metrics is not None:
+            counts: dict[str, int] = {"Empty": 0, "Underutilized": 0, "Drifted": 0, "Expired": 0}
+            for s in result.state.candidates:
+                counts[s.reason or "Underutilized"] = counts.get(s.reason or "Underutilized", 0) + 1
+            for reason, n in counts.items():
+                self._metrics.eligible.labels(reason).set(n)
+        if self._events is None:
+            return
+        nodes = {str((n.get("metadata") or {}).get("name")): n for n in self._cache.items("Node")}
+        for s in result.state.nodes:
+            if s.blocked and s.blocked.startswith(_ACTIONABLE) and s.name in nodes:
+                self._events.normal(nodes[s.name], "DisruptionBlocked", f"Cannot disrupt Node: {s.blocked}")
+
+    def _count_disrupted(self, decision: Decision, node: str) -> None:
+        if self._metrics is None:
+            return
+        removal = next(r for r in decision.plan.remove if r.node == node)
+        raw = next((n for n in self._cache.items("Node") if (n.get("metadata") or {}).get("name") == node), {})
+        capacity = ((raw.get("metadata") or {}).get("labels") or {}).get(wk.CAPACITY_TYPE, "")
+        self._metrics.disrupted.labels(removal.reason, removal.node_pool, capacity).inc()
+
+    def _event_on_candidate(self, decision: Decision, node: str, kind: str, reason: str, message: str) -> None:
+        if self._events is None:
+            return
+        targets = [n for n in self._cache.items("Node") if (n.get("metadata") or {}).get("name") == node]
+        claim = decision.claims.get(node)
+        targets += [c for c in self._cache.items("NodeClaim")
+                    if claim and (c.get("metadata") or {}).get("name") == claim]
+        for obj in targets:
+            self._events.record(obj, kind, reason, message)
+
+    def _event_on_pools(self, decision: Decision, kind: str, reason: str, message: str) -> None:
+        if self._events is None:
+            return
+        names = {r.node_pool for r in decision.plan.remove}
+        for pool in self._cache.items("NodePool"):
+            if (pool.get("metadata") or {}).get("name") in names:
+                self._events.record(pool, kind, reason, message)
+
+
+def snapshot_source(objects: Callable[[], list[dict[str, Any]]], cache: ClusterCache,
+                    catalog: Callable[[], Sequence[InstanceType]]) -> Callable[[], Snapshot]:
+    """The consolidation snapshot: the provisioner's objects (nothing pending) plus the cache's PDBs."""
+
+    def build() -> Snapshot:
+        pdbs = cache.items("PodDisruptionBudget") if "PodDisruptionBudget" in cache.informers else []
+        return parse_objects([*objects(), *pdbs], source="cluster").with_catalog(catalog())
+
+    return build
+
+
+def for_controller(api: client.ApiClient, cache: ClusterCache, provisioner: Provisioner,
+                   catalog: Sequence[InstanceType], unavailable: UnavailableOfferings, events: EventRecorder,
+                   metrics: Metrics, options: DisruptionOptions) -> Disruption:
+    """The controller's consolidation, wired to its cache, provisioner, Events and metrics."""
+
+    def unplaceable() -> set[str]:
+        history = provisioner.history
+        return {item.pod for item in history[-1].plan.unschedulable} if history else set()
+
+    def created(body: dict[str, Any]) -> None:
+        labels = body["metadata"]["labels"]
+        metrics.nodeclaims_created.labels("consolidation", labels.get(wk.NODEPOOL, ""),
+                                          labels.get(wk.INSTANCE_TYPE, ""), labels.get(wk.CAPACITY_TYPE, ""),
+                                          labels.get(wk.ZONE, "")).inc()
+
+    snapshot = snapshot_source(lambda: provisioner.snapshot_objects({}), cache, lambda: unavailable.apply(catalog))
+    return Disruption(cache, KubeWriter(api, cache), snapshot, options=options, events=events,
+                      metrics=DisruptionMetrics(metrics.registry), unplaceable=unplaceable, on_created=created)

@@ -1,0 +1,154 @@
+"""NodeClaim termination: what happens between a NodeClaim's deletionTimestamp and its disappearance.
+
+Every NodeClaim the provisioner creates (and every Node the provider launches) carries the finalizer
+``karpenter.sh/termination``, so deleting either only marks it. Then, one idempotent step per lifecycle
+pass: taint the Node ``karpenter.sh/disrupted:NoSchedule`` (nothing new lands there), drain it through the
+Eviction API (``controller.drain``), mark the claim ``Drained``, delete the instance through the provider
+and, once the Node is gone, remove the claim's finalizer. A Node deleted directly (by a person, or
+``kubectl drain`` tooling) takes its NodeClaim with it: the claim is deleted and goes through the same steps,
+so its pods are still evicted politely. ``terminationGracePeriod`` bounds the drain: past it, pods are
+deleted without asking PodDisruptionBudgets.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Protocol, cast
+
+from kubernetes import client
+
+from controller.cache import ClusterCache
+from controller.conditions import conditions_of, with_condition
+from controller.drain import Drainer, DrainStatus, parse_duration
+from controller.provisioner import TERMINATION_FINALIZER
+from model import labels as wk
+from model.nodepool import NodeClaim
+
+log = logging.getLogger(__name__)
+
+FINALIZER = TERMINATION_FINALIZER
+GROUP, VERSION, PLURAL = "karpenter.sh", "v1", "nodeclaims"
+
+
+class InstanceDeleter(Protocol):
+    def delete(self, claim: NodeClaim) -> None:
+        """Delete the claim's instance (idempotent: an instance already gone is not an error)."""
+        ...
+
+
+def _epoch(stamp: str | None) -> float | None:
+    if not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def drain_deadline(raw: Mapping[str, Any]) -> float | None:
+    """When the claim's drain stops respecting PDBs: deletionTimestamp + spec.terminationGracePeriod."""
+    deleted = _epoch((raw.get("metadata") or {}).get("deletionTimestamp"))
+    grace = (raw.get("spec") or {}).get("terminationGracePeriod")
+    if deleted is None or not grace:
+        return None
+    try:
+        return deleted + parse_duration(str(grace))
+    except ValueError:
+        log.warning("NodeClaim %s: ignoring invalid terminationGracePeriod %r",
+                    (raw.get("metadata") or {}).get("name"), grace)
+        return None
+
+
+def claim_node_name(raw: Mapping[str, Any]) -> str:
+    return str((raw.get("status") or {}).get("nodeName") or (raw.get("metadata") or {}).get("name"))
+
+
+def has_disrupted_taint(node: Mapping[str, Any]) -> bool:
+    return any(t.get("key") == wk.DISRUPTED_TAINT and t.get("effect") == "NoSchedule"
+               for t in (node.get("spec") or {}).get("taints") or [])
+
+
+class Terminator:
+    """Moves deleting NodeClaims towards removal, one idempotent write (or drain step) per pass."""
+
+    def __init__(self, api: client.ApiClient, cache: ClusterCache, provider: InstanceDeleter,
+                 drainer: Drainer | None = None) -> None:
+        self._core = client.CoreV1Api(api)
+        self._custom = client.CustomObjectsApi(api)
+        self._cache = cache
+        self._provider = provider
+        self.drainer = drainer or Drainer(api, cache)
+        #: the last drain step per claim (tests and, later, events / metrics read it)
+        self.last_status: dict[str, DrainStatus] = {}
+
+    def reconcile(self, raw: dict[str, Any], nodes: Mapping[str, dict[str, Any]]) -> int:
+        """One step for a NodeClaim that has a deletionTimestamp; returns how many writes it made."""
+        meta = raw.get("metadata") or {}
+        name = str(meta.get("name"))
+        if FINALIZER not in (meta.get("finalizers") or []):
+            return 0
+        node = nodes.get(claim_node_name(raw))
+        writes = 0
+        if node is not None:
+            if not has_disrupted_taint(node):
+                self._taint(node)
+                writes += 1
+            status = self.drainer.drain(claim_node_name(raw), force_after=drain_deadline(raw))
+            self.last_status[name] = status
+            writes += len(status.evicted)
+            if not status.drained:
+                message = f"{len(status.remaining)} pod(s) left, {len(status.blocked)} refused by a PDB"
+                writes += self._set_condition(raw, "False", "Draining", message)
+                return writes
+        writes += self._set_condition(raw, "True", "Drained", "")
+        self._provider.delete(NodeClaim.model_validate(raw))
+        if node is not None:
+            return writes + 1  # the Node goes; the next pass (after the watch shows it gone) releases the claim
+        self._remove_finalizer(raw)
+        self.last_status.pop(name, None)
+        log.info("NodeClaim %s terminated", name)
+        return writes + 1
+
+    def delete_claim_of_deleted_node(self, raw: Mapping[str, Any], node: Mapping[str, Any] | None) -> int:
+        """A registered claim whose Node is being deleted or is gone is deleted too (Karpenter's rule)."""
+        if node is not None and not (node.get("metadata") or {}).get("deletionTimestamp"):
+            return 0
+        name = str((raw.get("metadata") or {}).get("name"))
+        try:
+            self._custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+        except client.ApiException as err:
+            if err.status != 404:
+                raise
+        log.info("NodeClaim %s deleted: its node %s", name, "is being deleted" if node is not None else "is gone")
+        return 1
+
+    def _taint(self, node: Mapping[str, Any]) -> None:
+        taints = list((node.get("spec") or {}).get("taints") or [])
+        patch = [{"op": "replace" if (node.get("spec") or {}).get("taints") is not None else "add",
+                  "path": "/spec/taints", "value": [*taints, {"key": wk.DISRUPTED_TAINT, "effect": "NoSchedule"}]}]
+        self._core.patch_node(node["metadata"]["name"], patch)
+        log.info("node %s tainted %s:NoSchedule", node["metadata"]["name"], wk.DISRUPTED_TAINT)
+
+    def _set_condition(self, raw: dict[str, Any], status: str, reason: str, message: str) -> int:
+        current = conditions_of(raw).get("Drained") or {}
+        if current.get("status") == status and current.get("message", "") == message:
+            return 0
+        conditions = with_condition(raw, "Drained", status, reason, message)
+        updated = self._custom.patch_cluster_custom_object_status(
+            GROUP, VERSION, PLURAL, raw["metadata"]["name"], {"status": {"conditions": conditions}})
+        self._cache.upsert("NodeClaim", cast(dict[str, Any], updated))
+        raw["status"] = {**(raw.get("status") or {}), "conditions": conditions}
+        return 1
+
+    def _remove_finalizer(self, raw: Mapping[str, Any]) -> None:
+        finalizers = list((raw.get("metadata") or {}).get("finalizers") or [])
+        patch = [{"op": "test", "path": "/metadata/finalizers", "value": finalizers},
+                 {"op": "replace", "path": "/metadata/finalizers", "value": [f for f in finalizers if f != FINALIZER]}]
+        try:
+            self._custom.patch_cluster_custom_object(GROUP, VERSION, PLURAL, raw["metadata"]["name"], patch,
+                                                     _content_type="application/json-patch+json")
+        except client.ApiException as err:
+            if err.status != 404:
+                raise

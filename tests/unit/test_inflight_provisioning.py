@@ -1,0 +1,137 @@
+"""The provisioner shows in-flight NodeClaims to the solver as capacity with their planned pods already on them,
+so a later batch (or a restarted controller) fills their leftover room instead of launching again, and records
+the pods it put there on the claim so they are covered and nominated like the others."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kubernetes import client
+
+from controller.cache import ClusterCache, Resource
+from controller.provisioner import PODS_ANNOTATION, Provisioner, ProvisionerOptions, covered_pods
+from providers.kwok import kwok_catalog
+
+NODEPOOL = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "general", "uid": "np",
+                                                                             "resourceVersion": "1"},
+            "spec": {"template": {"spec": {"requirements": [
+                {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}],
+                "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}}}}}
+
+
+def pending(name: str, cpu: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": "1",
+                         "ownerReferences": [{"kind": "ReplicaSet", "name": "rs", "controller": True}]},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}}}]},
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                                                           "reason": "Unschedulable"}]}}
+
+
+def inflight_claim(uids: list[str], *, launched: bool = True) -> dict[str, Any]:
+    itype, zone = "c-4x-amd64-linux", "test-zone-a"
+    labels = {"karpenter.sh/nodepool": "general", "node.kubernetes.io/instance-type": itype,
+              "topology.kubernetes.io/zone": zone, "karpenter.sh/capacity-type": "on-demand",
+              "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux"}
+    status: dict[str, Any] = {}
+    if launched:
+        status = {"nodeName": "general-a", "providerID": "kwok://general-a",
+                  "conditions": [{"type": "Launched", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    return {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "general-a", "uid": "claim-uid", "resourceVersion": "1", "labels": labels,
+                         "annotations": {PODS_ANNOTATION: json.dumps(uids)}},
+            "spec": {"requirements": [{"key": k, "operator": "In", "values": [v]} for k, v in labels.items()
+                                      if k != "karpenter.sh/nodepool"]},
+            "status": status}
+
+
+class FakeCustom:
+    def __init__(self) -> None:
+        self.created: list[str] = []
+        self.patches: list[tuple[str, Any]] = []
+
+    def create_cluster_custom_object(self, group: str, version: str, plural: str, body: Any) -> dict[str, Any]:
+        self.created.append(body["metadata"]["name"])
+        return dict(body)
+
+    def patch_cluster_custom_object(self, group: str, version: str, plural: str, name: str, body: Any
+                                    ) -> dict[str, Any]:
+        self.patches.append((name, body))
+        claim = inflight_claim([])
+        claim["metadata"]["resourceVersion"] = "2"
+        claim["metadata"]["annotations"] = body["metadata"]["annotations"]
+        return claim
+
+
+def setup(launched: bool = True) -> tuple[Provisioner, ClusterCache, FakeCustom]:
+    kinds = ("Pod", "Node", "NodeClaim", "NodePool", "DaemonSet")
+    cache = ClusterCache({kind: Resource(kind, "v1", lambda **kw: None) for kind in kinds})
+    cache.upsert("NodePool", NODEPOOL)
+    # two 1-cpu pods planned onto the 4-vCPU claim (3900m allocatable): 1900m left
+    cache.upsert("NodeClaim", inflight_claim(["uid-old-0", "uid-old-1"], launched=launched))
+    for name in ("old-0", "old-1"):
+        cache.upsert("Pod", pending(name, "1"))
+    provisioner = Provisioner(client.ApiClient(), cache, kwok_catalog(),
+                              ProvisionerOptions(solve_time_limit=2.0, workers=1))
+    custom = FakeCustom()
+    provisioner._custom = custom  # type: ignore[assignment]
+    return provisioner, cache, custom
+
+
+def test_covered_pods_sit_on_their_claims_node_before_it_exists() -> None:
+    provisioner, cache, _ = setup()
+    cache.upsert("Pod", pending("new-0", "1500m"))
+    batch = provisioner.pending()
+    assert set(batch) == {"ns/new-0"}  # the claim's own pods are covered
+    objects = provisioner.snapshot_objects(batch)
+    bound = {o["metadata"]["name"]: o["spec"].get("nodeName") for o in objects if o.get("kind", "Pod") == "Pod"
+             and "containers" in o.get("spec", {})}
+    assert bound == {"old-0": "general-a", "old-1": "general-a", "new-0": None}
+
+
+def test_a_new_batch_fills_the_inflight_claim_instead_of_launching() -> None:
+    for launched in (True, False):  # launched (Node not joined yet), or created and not even launched
+        provisioner, cache, custom = setup(launched)
+        cache.upsert("Pod", pending("new-0", "1500m"))
+        record = provisioner.provision(provisioner.pending())
+        assert custom.created == [] and record.plan.node_claims == []
+        assert [(n.name, n.pods) for n in record.plan.existing_nodes] == [("general-a", ["ns/new-0"])]
+        # the pod joins the claim's planned pods: covered from now on (and nominated by the lifecycle)
+        assert record.joined == {"general-a": ["ns/new-0"]}
+        name, patch = custom.patches[0]
+        assert name == "general-a"
+        assert json.loads(patch["metadata"]["annotations"][PODS_ANNOTATION]) == ["uid-new-0", "uid-old-0",
+                                                                                   "uid-old-1"]
+        assert "uid-new-0" in covered_pods(cache.items("NodeClaim"), 0.0, 15.0)
+        assert provisioner.pending() == {}
+
+
+def test_what_does_not_fit_the_leftover_room_gets_a_new_node() -> None:
+    provisioner, cache, custom = setup()
+    cache.upsert("Pod", pending("new-0", "1500m"))
+    cache.upsert("Pod", pending("new-1", "1500m"))  # 3000m > 1900m left on the claim
+    record = provisioner.provision(provisioner.pending())
+    assert len(custom.created) == 1
+    on_claim = [p for n in record.plan.existing_nodes if n.name == "general-a" for p in n.pods]
+    assert len(on_claim) == 1 and len(record.plan.node_claims[0].pods) == 1
+
+
+def test_pods_planned_onto_a_running_node_are_annotated_so_the_scheduler_retries_them() -> None:
+    provisioner, cache, custom = setup()
+    cache.informers["NodeClaim"]._store.clear()
+    cache.upsert("Node", {"metadata": {"name": "running", "resourceVersion": "1", "labels": {
+        "karpenter.sh/nodepool": "general", "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}},
+        "spec": {}, "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                               "conditions": [{"type": "Ready", "status": "True"}]}})
+    patched: list[tuple[str, Any]] = []
+
+    class Core:
+        def patch_namespaced_pod(self, name: str, namespace: str, body: Any) -> None:
+            patched.append((name, body))
+
+    provisioner._core = Core()  # type: ignore[assignment]
+    record = provisioner.provision(provisioner.pending())
+    assert custom.created == [] and {p for n in record.plan.existing_nodes for p in n.pods} == {"ns/old-0", "ns/old-1"}
+    assert sorted(name for name, _ in patched) == ["old-0", "old-1"]
+    assert patched[0][1] == {"metadata": {"annotations": {"nodeplan.io/placed": "running"}}}
