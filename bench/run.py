@@ -143,13 +143,12 @@ def main(argv: list[str] | None = None) -> int:
                     row = run_small(catalog_name, size, range(1, args.small_seeds + 1), args.time_limit, Path(tmp))
                     failed |= row[-1] != "ok"
                     print("| " + " | ".join(row) + " |", flush=True)
-        if args.consolidation_sizes is not None:
+        if args.consolidation_sizes:
             print()
             _table(consolidation.COLUMNS)
             sizes = [int(s) for s in args.consolidation_sizes.split(",") if s]
-            for name, objects in consolidation.scenarios(sizes, args.consolidation_budget):
-                row = consolidation.run_row(name, objects, args.consolidation_budget,
-                                            args.consolidation_time_limit, Path(tmp))
+            for name, budget, objects in consolidation.scenarios(sizes, args.consolidation_budget):
+                row = consolidation.run_row(name, objects, budget, args.consolidation_time_limit, Path(tmp))
                 failed |= row[-1] != "ok"
                 print("| " + " | ".join(row) + " |", flush=True)
     return 1 if failed else 0

@@ -449,12 +449,15 @@ def budget_savings_bound(state: ClusterState) -> float:
     candidates up to what the budgets allow per reason: replacements only cost, removals are capped."""
     total = sum(s.price for s in state.candidates if s.reason == "Expired")
     for pool, limits in state.budgets.items():
-        voluntary = sorted((s.price for s in state.candidates if s.pool is not None and s.pool.name == pool
-                            and s.reason != "Expired"), reverse=True)
+        members = [s for s in state.candidates if s.pool is not None and s.pool.name == pool
+                   and s.reason != "Expired"]
+        voluntary = sorted((s.price for s in members), reverse=True)
         cap = 0
         for reason in ("Empty", "Underutilized", "Drifted"):
             covering = [lim.allowed for lim in limits if lim.covers(reason)]
             cap += min(covering) if covering else len(voluntary)
+        for lim in limits:  # a budget covering several reasons caps their sum
+            cap = min(cap, lim.allowed + sum(1 for s in members if s.reason and not lim.covers(s.reason)))
         total += sum(voluntary[:cap])
     return total
 
