@@ -93,6 +93,12 @@ def run_small(catalog_name: str, pods: int, seeds: range, time_limit: float, wor
             "ok" if not bad else f"{bad} plan(s) with violations"]
 
 
+def _emit(row: list[str]) -> bool:
+    """Print one table row; True when its plan failed the verifier (the last column)."""
+    print("| " + " | ".join(row) + " |", flush=True)
+    return row[-1] != "ok"
+
+
 def _table(columns: tuple[str, ...]) -> None:
     print("| " + " | ".join(columns) + " |")
     print("|" + "---|" * len(columns))
@@ -123,34 +129,27 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for catalog_name in args.catalogs.split(",") if args.sizes else ():
             for size in (int(s) for s in args.sizes.split(",")):
-                row = run_one("generic", catalog_name, size, args.time_limit, args.seed, Path(tmp))
-                failed |= row[-1] != "ok"
-                print("| " + " | ".join(row) + " |", flush=True)
+                failed |= _emit(run_one("generic", catalog_name, size, args.time_limit, args.seed, Path(tmp)))
         if args.diverse_sizes:
             print()
             _table(COLUMNS)
             for catalog_name in args.diverse_catalogs.split(","):
                 for size in (int(s) for s in args.diverse_sizes.split(",")):
                     limit = args.diverse_time_limit or diverse_time_limit(size, args.time_limit)
-                    row = run_diverse(catalog_name, size, limit, args.seed, Path(tmp))
-                    failed |= row[-1] != "ok"
-                    print("| " + " | ".join(row) + " |", flush=True)
+                    failed |= _emit(run_diverse(catalog_name, size, limit, args.seed, Path(tmp)))
         if args.small_sizes:
             print()
             _table(SMALL_COLUMNS)
             for catalog_name in args.catalogs.split(","):
                 for size in (int(s) for s in args.small_sizes.split(",")):
-                    row = run_small(catalog_name, size, range(1, args.small_seeds + 1), args.time_limit, Path(tmp))
-                    failed |= row[-1] != "ok"
-                    print("| " + " | ".join(row) + " |", flush=True)
+                    seeds = range(1, args.small_seeds + 1)
+                    failed |= _emit(run_small(catalog_name, size, seeds, args.time_limit, Path(tmp)))
         if args.consolidation_sizes:
             print()
             _table(consolidation.COLUMNS)
             sizes = [int(s) for s in args.consolidation_sizes.split(",") if s]
             for name, budget, objects in consolidation.scenarios(sizes, args.consolidation_budget):
-                row = consolidation.run_row(name, objects, budget, args.consolidation_time_limit, Path(tmp))
-                failed |= row[-1] != "ok"
-                print("| " + " | ".join(row) + " |", flush=True)
+                failed |= _emit(consolidation.run_row(name, objects, budget, args.consolidation_time_limit, Path(tmp)))
     return 1 if failed else 0
 
 

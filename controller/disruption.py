@@ -224,16 +224,12 @@ def still_valid(decision: Decision, state: ClusterState) -> str:
     for name, pods in decision.pods.items():
         if now.get(name, frozenset()) != pods:
             return f"the pods on node {name} changed"
-    for pool, limits in state.budgets.items():
-        for limit in limits:
-            used = sum(1 for s in removed if s.pool is not None and s.pool.name == pool and s.reason is not None
-                       and limit.covers(s.reason))
-            if used > limit.allowed:
-                return f"NodePool {pool} budget now allows {limit.allowed} disruption(s), the decision needs {used}"
-    for pdb, allowed in state.pdbs:
-        hits = sum(1 for s in removed if s.reason != "Expired" for p in s.pods if pdb.selects(p))
-        if hits > allowed:
-            return f"PodDisruptionBudget {pdb.key} now allows {allowed} eviction(s), the decision needs {hits}"
+    for excess in state.excesses(removed):
+        if excess.limit is not None:
+            return (f"NodePool {excess.name} budget now allows {excess.allowed} disruption(s), the decision needs "
+                    f"{excess.used}")
+        return (f"PodDisruptionBudget {excess.name} now allows {excess.allowed} eviction(s), the decision needs "
+                f"{excess.used}")
     return ""
 
 

@@ -99,6 +99,35 @@ class ClusterState:
     def state(self, name: str) -> NodeState | None:
         return next((n for n in self.nodes if n.name == name), None)
 
+    def excesses(self, removed: list[NodeState]) -> list[Excess]:
+        """Every active budget and PDB allowance ``removed`` would exceed, together. One rule for the model's
+        heuristics, the verifier and the controller's re-check (each words it its own way). Expired nodes
+        are forceful: outside PDB allowances, as in Karpenter; budgets count them only if they cover the
+        reason."""
+        out = []
+        for pool, limits in self.budgets.items():
+            for limit in limits:
+                used = sum(1 for s in removed if s.pool is not None and s.pool.name == pool
+                           and s.reason is not None and limit.covers(s.reason))
+                if used > limit.allowed:
+                    out.append(Excess(pool, used, limit.allowed, limit=limit))
+        for pdb, allowed in self.pdbs:
+            evicted = sum(1 for s in removed if s.reason != "Expired" for p in s.pods if pdb.selects(p))
+            if evicted > allowed:
+                out.append(Excess(pdb.key, evicted, allowed))
+        return out
+
+
+@dataclass(frozen=True)
+class Excess:
+    """A budget (``limit`` set: ``name`` is the NodePool) or a PDB (``name`` is namespace/name) that a set of
+    removals exceeds: ``used`` removals or evictions where ``allowed`` are allowed."""
+
+    name: str
+    used: int
+    allowed: int
+    limit: BudgetLimit | None = None
+
 
 def _protected(value: str | None, since: datetime | None, now: datetime) -> bool:
     """``karpenter.sh/do-not-disrupt``: "true" protects; a duration protects that long after ``since``."""

@@ -44,7 +44,7 @@ Pattern = tuple[int, tuple[int, ...]]  # (template index, pods per class)
 #: the model considers at least this many candidates, and at most the larger figure (``_shortlist``)
 MIN_SHORTLIST = 80
 MAX_SHORTLIST = 400
-#: existing nodes the model may move pods onto, besides the candidates (``Model._destinations``)
+#: existing nodes the model may move pods onto, besides the candidates (``_receivers``)
 MAX_DESTINATIONS = 400
 #: the re-provisioning solve (patterns, bound) gets at most this many seconds
 MAX_REPROVISION = 4.0
@@ -81,7 +81,6 @@ class Outcome:
     objective_bound: float | None = None
     lower_bound: float | None = None
     yardstick: Decision | None = None
-    stages: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     patterns: int = 0
 
@@ -158,14 +157,14 @@ def _receivers(snapshot: Snapshot, state: ClusterState, shortlist: list[NodeStat
     return snapshot.model_copy(update={"nodes": nodes})
 
 
-def _shortlist(state: ClusterState, candidates: list[NodeState]) -> list[NodeState]:
+def _shortlist(state: ClusterState) -> list[NodeState]:
     """Candidates the model decides on: every forced or drifted one, and the most expensive others up to
     a few times what the budgets allow at once (the rest stay, as destinations). Keeps 1,000+ node
     clusters tractable; the limit is reported in the plan's notes."""
     allowance = sum(max((lim.allowed for lim in limits), default=0) for limits in state.budgets.values())
     keep = max(min(max(MIN_SHORTLIST, 2 * allowance), MAX_SHORTLIST), allowance)
-    forced = [s for s in candidates if s.reason in ("Expired", "Drifted")]
-    others = sorted((s for s in candidates if s.reason not in ("Expired", "Drifted")),
+    forced = [s for s in state.candidates if s.reason in ("Expired", "Drifted")]
+    others = sorted((s for s in state.candidates if s.reason not in ("Expired", "Drifted")),
                     key=lambda s: (-s.price, len(s.pods), s.name))
     return forced + others[:keep]
 
@@ -211,10 +210,9 @@ class Model:
 
     def _existing(self) -> None:
         problem, m = self.problem, self.m
-        destinations = self.destinations = set(range(len(problem.existing)))
         for e, cap in enumerate(problem.existing):
             free = problem.existing_free[e]
-            if np.any(free < 0) or e not in destinations:
+            if np.any(free < 0):
                 continue
             k = self.existing_of.get(cap.name)
             own = self.demand[k] if k is not None else 0
@@ -370,11 +368,7 @@ class Model:
             for pod in s.pods:
                 queues[self.class_of[pod.key]].append(pod)
         placement = Placement()
-        for (e, c), var in sorted(self.onto.items()):
-            take = min(solver.value(var), len(queues[c]))
-            if take:
-                placement.existing.setdefault(e, []).extend(queues[c][:take])
-                del queues[c][:take]
+        _onto_existing(placement, queues, {key: solver.value(var) for key, var in self.onto.items()})
         templates = self.problem.templates
         order = sorted(range(len(self.patterns)), key=lambda i: -templates[self.patterns[i][0]].price_micros)
         for i in order:
@@ -390,39 +384,39 @@ class Model:
         return removed, placement
 
 
-def _no_spot_swap(problem: Problem, before: list[int], placement: Placement, removed: list[NodeState],
-                  options: ConsolidateOptions) -> None:
-    """Undo a shrink onto spot when spot-to-spot is off and every removed node is spot."""
-    if options.spot_to_spot or not removed or any(s.capacity_type != "spot" for s in removed):
-        return
-    for node, original in zip(placement.new_nodes, before, strict=True):
-        if problem.templates[node.template].offering.capacity_type == "spot":
-            node.template = original
-
-
 def _finish(problem: Problem, removed: list[NodeState], placement: Placement, options: ConsolidateOptions
             ) -> Placement:
-    before = [n.template for n in placement.new_nodes]
-    shrunk = shrink(problem, Placement(new_nodes=list(placement.new_nodes), existing=placement.existing,
-                                       unschedulable=placement.unschedulable))
-    # shrink sorts new nodes; match templates back by identity
-    original = {id(n): t for n, t in zip(placement.new_nodes, before, strict=True)}
-    _no_spot_swap(problem, [original[id(n)] for n in shrunk.new_nodes], shrunk, removed, options)
+    """Shrink each replacement to its cheapest fitting offering, undoing a move onto spot when spot-to-spot
+    is off and every removed node is spot (``shrink`` changes the nodes in place)."""
+    before = {id(n): n.template for n in placement.new_nodes}
+    shrunk = shrink(problem, placement)
+    if options.spot_to_spot or not removed or any(s.capacity_type != "spot" for s in removed):
+        return shrunk
+    for node in shrunk.new_nodes:
+        if problem.templates[node.template].offering.capacity_type == "spot":
+            node.template = before[id(node)]
     return shrunk
+
+
+def _onto_existing(placement: Placement, queues: list[list[Pod]], counts: dict[tuple[int, int], int]) -> None:
+    """Move ``counts[(existing node, class)]`` pods of each class from its queue onto that node."""
+    for (e, c), n in sorted(counts.items()):
+        take = min(n, len(queues[c]))
+        if take:
+            placement.existing.setdefault(e, []).extend(queues[c][:take])
+            del queues[c][:take]
 
 
 def _placement_of(problem: Problem, candidates: list[NodeState], removed: list[int],
                   onto: dict[tuple[int, int], int], class_of: dict[str, int]) -> Placement:
     """The drain heuristic's counts as real pods on existing nodes."""
-    queues: dict[int, list[Pod]] = {}
+    queues: list[list[Pod]] = [[] for _ in problem.classes]
     for k in removed:
         for pod in candidates[k].pods:
-            queues.setdefault(class_of[pod.key], []).append(pod)
+            queues[class_of[pod.key]].append(pod)
     placement = Placement()
-    for (e, c), n in sorted(onto.items()):
-        placement.existing.setdefault(e, []).extend(queues[c][:n])
-        del queues[c][:n]
-    placement.unschedulable = [p for q in queues.values() for p in q]
+    _onto_existing(placement, queues, onto)
+    placement.unschedulable = [p for q in queues for p in q]
     return placement
 
 
@@ -486,12 +480,14 @@ def plan_consolidation(snapshot: Snapshot, state: ClusterState, options: Consoli
     """The best removal set found by the deadline, or None when there is no candidate."""
     if not state.candidates:
         return None
-    candidates = _shortlist(state, state.candidates)
+    candidates = _shortlist(state)
     started = time.monotonic()
     moved = {s.name: s.pods for s in candidates}
-    # every node stays in the compiled problem (kept nodes receive pods); candidates' pods are the classes
-    copies = list(solver_snapshot(snapshot, moved).pending_pods())
     receivers = _receivers(snapshot, state, candidates)
+    # the candidates removed, their pods pending: what the re-provisioning solve packs, and the model's classes
+    emptied = solver_snapshot(receivers, moved)
+    copies = list(emptied.pending_pods())
+    # every node stays in the compiled problem (kept nodes receive pods); candidates' pods are the classes
     problem = compile_problem(receivers.model_copy(update={"pods": tuple(p for p in snapshot.pods if p.node_name)}),
                               pods=copies)
     class_of = {pod.key: c.index for c in problem.classes for pod in c.pods}
@@ -508,13 +504,11 @@ def plan_consolidation(snapshot: Snapshot, state: ClusterState, options: Consoli
         stage("yardstick", time.monotonic() - t0)
     t0 = time.monotonic()
     share = min((deadline - t0) * options.reprovision_share, MAX_REPROVISION)
-    everything = solve(solver_snapshot(receivers, moved),
+    everything = solve(emptied,
                        SolveOptions(time_limit=max(share, 0.5), seed=options.seed, workers=options.workers,
                                     deterministic=options.deterministic))
     stage("reprovision", time.monotonic() - t0)
-    lower = None
-    before = sum(s.price for s in state.nodes)
-    lower = before - budget_savings_bound(state)
+    lower = sum(s.price for s in state.nodes) - budget_savings_bound(state)
     if len(candidates) == len(state.candidates):
         reachable = reachable_cost(state, everything.plan)
         lower = max(lower, reachable) if reachable is not None else lower
@@ -526,7 +520,7 @@ def plan_consolidation(snapshot: Snapshot, state: ClusterState, options: Consoli
     patterns = [p for p in dict.fromkeys(patterns) if _fits(problem, p)]
     t0 = time.monotonic()
     model = Model(problem, state, candidates, patterns, options)
-    drained, onto = drain_first(problem, state, candidates, class_of, model.destinations)
+    drained, onto = drain_first(problem, state, candidates, class_of)
     drain_saving = sum(candidates[k].price for k in drained)
     if decision is not None and decision.savings >= drain_saving:
         model.hint(decision)

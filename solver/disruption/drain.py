@@ -16,12 +16,11 @@ from solver.problem import Problem
 
 
 def drain_first(problem: Problem, state: ClusterState, candidates: list[NodeState],
-                class_of: dict[str, int], destinations: set[int]) -> tuple[list[int], dict[tuple[int, int], int]]:
-    """Removed candidate indices and pods per (existing node, class) that receive them; only the
-    ``destinations`` (existing-node indices) receive pods."""
+                class_of: dict[str, int]) -> tuple[list[int], dict[tuple[int, int], int]]:
+    """Removed candidate indices and pods per (existing node, class) that receive them."""
     index = {cap.name: e for e, cap in enumerate(problem.existing)}
     free = problem.existing_free.astype(np.int64).copy()
-    alive = np.all(free >= 0, axis=1) & np.isin(np.arange(len(problem.existing)), sorted(destinations))
+    alive = np.all(free >= 0, axis=1)
     receiving = np.zeros(len(problem.existing), dtype=bool)
     removed: list[int] = []
     onto: dict[tuple[int, int], int] = {}

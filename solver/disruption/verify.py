@@ -37,17 +37,13 @@ def verify_disruption(snapshot: Snapshot, plan: DisruptionPlan, now: datetime, *
             out.append(f"remove {removal.node}: reason {removal.reason}, but the node is {node.reason}")
     counts = Counter(r.node for r in plan.remove)
     out += [f"node {name} removed {n} times" for name, n in counts.items() if n > 1]
-    for pool, limits in state.budgets.items():
-        for limit in limits:
-            used = sum(1 for s in removed if s.pool is not None and s.pool.name == pool and s.reason
-                       and limit.covers(s.reason))
-            if used > limit.allowed:
-                out.append(f"NodePool {pool}: {used} removal(s) for {'/'.join(sorted(limit.reasons))} but its budget "
-                           f"allows {limit.allowed}{' (' + limit.window + ')' if limit.window else ''}")
-    for pdb, allowed in state.pdbs:
-        evicted = sum(1 for s in removed if s.reason != "Expired" for p in s.pods if pdb.selects(p))
-        if evicted > allowed:
-            out.append(f"PodDisruptionBudget {pdb.key}: {evicted} eviction(s), it allows {allowed}")
+    for excess in state.excesses(removed):
+        limit = excess.limit
+        if limit is None:
+            out.append(f"PodDisruptionBudget {excess.name}: {excess.used} eviction(s), it allows {excess.allowed}")
+        else:
+            out.append(f"NodePool {excess.name}: {excess.used} removal(s) for {'/'.join(sorted(limit.reasons))} "
+                       f"but its budget allows {excess.allowed}{' (' + limit.window + ')' if limit.window else ''}")
     spent: dict[str, float] = {}
     for c in plan.node_claims:
         spent[c.node_pool] = spent.get(c.node_pool, 0.0) + c.price

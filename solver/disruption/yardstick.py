@@ -50,16 +50,7 @@ def simulate(snapshot: Snapshot, removed: list[NodeState]) -> tuple[Problem, Pla
 
 def within_limits(state: ClusterState, removed: list[NodeState]) -> bool:
     """Budgets (every active budget of each pool, per covered reason) and PDB allowances."""
-    for pool, limits in state.budgets.items():
-        for limit in limits:
-            used = sum(1 for s in removed if s.pool is not None and s.pool.name == pool
-                       and s.reason is not None and limit.covers(s.reason))
-            if used > limit.allowed:
-                return False
-    for pdb, allowed in state.pdbs:
-        if sum(1 for s in removed if s.reason != "Expired" for p in s.pods if pdb.selects(p)) > allowed:
-            return False
-    return True
+    return not state.excesses(removed)
 
 
 def balanced_allows(state: ClusterState, removed: list[NodeState], spent: dict[str, float] | None = None) -> bool:
