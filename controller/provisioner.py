@@ -259,10 +259,11 @@ class Provisioner:
         return record
 
     def _mark_placed(self, plan: ProvisioningPlan, batch: Mapping[str, dict[str, Any]], joined: set[str]) -> None:
-        """Annotate pods the plan put into room left on a running node (annotation ``nodeplan.io/placed``).
-        The kube-scheduler keeps a pod it found no room for aside until a cluster event suggests it may fit now
-        (or five minutes pass); room freed by another pod's nomination moving elsewhere is no such event. A
-        change to the pod itself is: the scheduler retries it at once and binds it into that room."""
+        """Annotate pods the plan put into room left on a running node with that node (``nodeplan.io/placed``).
+        It records the decision; it does not make the scheduler retry: kube-scheduler 1.36's queueing hints
+        requeue a pod NodeResourcesFit rejected only on a node added or resized or an assigned pod deleted, so
+        room freed by another pod's nomination moving elsewhere waits for such an event or the scheduler's
+        5-minute unschedulable flush (a known gap, see deploy/README.md)."""
         unregistered = {claim_node_name(c) for c in self._cache.items("NodeClaim")
                         if str((c.get("metadata") or {}).get("name")) in joined and _condition_time(c, "Registered")
                         is None}
