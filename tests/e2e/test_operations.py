@@ -276,11 +276,14 @@ def test_spread_anti_affinity_and_taints_all_run(cluster: Cluster, namespace: st
     taint = {"key": "dedicated", "value": "batch", "effect": "NoSchedule"}
     apply(api, nodepool("general"))
     apply(api, nodepool("batch", taints=[taint]))
-    spread = deployment("spread", namespace, 8, topologySpreadConstraints=[{
+    # on this test's own pool: zone spread counts every node the pod may use (nodeAffinityPolicy Honor), and
+    # nodes earlier e2e tests leave behind (tainted, draining) must not become domains of this test
+    own = {"karpenter.sh/nodepool": "general"}
+    spread = deployment("spread", namespace, 8, nodeSelector=own, topologySpreadConstraints=[{
         "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
         "labelSelector": {"matchLabels": {"app": "spread"}}}])
     anti_term = {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "anti"}}}
-    anti = deployment("anti", namespace, 3,
+    anti = deployment("anti", namespace, 3, nodeSelector=own,
                       affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [anti_term]}})
     batch = deployment("batch", namespace, 4, cpu="1", nodeSelector={"karpenter.sh/nodepool": "batch"},
                        tolerations=[{"key": "dedicated", "operator": "Equal", "value": "batch",
