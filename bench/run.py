@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from bench import consolidation
+from bench.crossworkload import cross_workload_objects
 from bench.diverse import diverse_objects, karpenter_benchmark_catalog
 from bench.scenarios import catalogs, generic_objects
 from bench.workloads import as_list
@@ -59,6 +60,18 @@ def run_diverse(catalog_name: str, pods: int, time_limit: float, seed: int, work
     snapshot = load_snapshot(path).with_catalog(catalog)
     result = solve(snapshot, SolveOptions(time_limit=time_limit, started_at=started))
     return _row("diverse", catalog_name, pods, time.monotonic() - started, snapshot, result)
+
+
+def run_cross(catalog_name: str, pods: int, time_limit: float, seed: int, workdir: Path) -> list[str]:
+    """Karpenter's older cross-workload mix (``bench/crossworkload.py``): affinity, anti-affinity and spread
+    selectors drawn apart from the pods' own labels, on the same catalogs as the diverse rows."""
+    catalog = karpenter_benchmark_catalog() if catalog_name == "karpenter-400" else catalogs()["kwok"]
+    path = workdir / f"cross-{catalog_name}-{pods}.yaml"
+    path.write_text(yaml.safe_dump(as_list(cross_workload_objects(pods, seed)), sort_keys=False))
+    started = time.monotonic()
+    snapshot = load_snapshot(path).with_catalog(catalog)
+    result = solve(snapshot, SolveOptions(time_limit=time_limit, started_at=started))
+    return _row("cross-workload", catalog_name, pods, time.monotonic() - started, snapshot, result)
 
 
 #: issue 3's targets: 5,000 diverse pods in 10 s, 20,000 in 30 s
@@ -117,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--diverse-time-limit", type=float, default=None,
                         help="time limit for the diverse rows (default: --time-limit up to 5,000 pods, "
                              f"{LARGE_DIVERSE_LIMIT:.0f} s above, issue 3's targets)")
+    parser.add_argument("--cross-sizes", default="1000,5000",
+                        help="sizes of the cross-workload mix, on the --diverse-catalogs ('' to skip)")
     parser.add_argument("--small-seeds", type=int, default=5)
     parser.add_argument("--consolidation-sizes", default="100,1000,5000",
                         help="fragmented-cluster sizes in nodes for the consolidation table ('' to skip)")
@@ -137,6 +152,13 @@ def main(argv: list[str] | None = None) -> int:
                 for size in (int(s) for s in args.diverse_sizes.split(",")):
                     limit = args.diverse_time_limit or diverse_time_limit(size, args.time_limit)
                     failed |= _emit(run_diverse(catalog_name, size, limit, args.seed, Path(tmp)))
+        if args.cross_sizes:
+            print()
+            _table(COLUMNS)
+            for catalog_name in args.diverse_catalogs.split(","):
+                for size in (int(s) for s in args.cross_sizes.split(",")):
+                    limit = args.diverse_time_limit or diverse_time_limit(size, args.time_limit)
+                    failed |= _emit(run_cross(catalog_name, size, limit, args.seed, Path(tmp)))
         if args.small_sizes:
             print()
             _table(SMALL_COLUMNS)

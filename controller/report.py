@@ -13,13 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 
+from model.inflight import node_views
 from model.plan import ProvisioningPlan
 from model.plandiff import HOURS_PER_MONTH
 from model.pod import Pod
 from model.quantity import format_quantity, quantity_int
 from model.resources import CPU, MEMORY, Resources
 from model.snapshot import Snapshot
-from solver.inflight import node_views
 
 #: Workload colours, in order of first appearance (sorted workload names); saturated so a screenshot test
 #: can find them. Colour i is PALETTE[i % len(PALETTE)].

@@ -3,14 +3,18 @@ a PodSpec that relate a pod to other pods rather than to node labels."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Literal
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from model.errors import InputError
 from model.fields import RawObject
+from model.labels import HOSTNAME
 from model.requirements import Requirement, label_key_problem
+
+if TYPE_CHECKING:
+    from model.pod import Pod
 
 _SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
 
@@ -178,6 +182,26 @@ class HostPort(BaseModel):
             return False
         wildcard = ("", "0.0.0.0", "::")
         return self.host_ip in wildcard or other.host_ip in wildcard or self.host_ip == other.host_ip
+
+
+def ports_clash(a: Iterable[HostPort], b: Iterable[HostPort]) -> bool:
+    """Could pods binding ``a`` and ``b`` not share a node (any pair conflicts, ``HostPort.conflicts``)?"""
+    others = tuple(b)
+    return any(p.conflicts(q) for p in a for q in others)
+
+
+def repels_on_host(owner: Pod, other: Pod, namespace_labels: Mapping[str, Mapping[str, str]]) -> bool:
+    """Does one of ``owner``'s required anti-affinity terms on kubernetes.io/hostname select ``other``?"""
+    return any(term.topology_key == HOSTNAME and term.selects(owner.namespace, owner.labels, other.namespace,
+                                                                other.labels, namespace_labels.get(other.namespace))
+               for term in owner.pod_anti_affinity)
+
+
+def repels(a: Pod, b: Pod, namespace_labels: Mapping[str, Mapping[str, str]]) -> bool:
+    """May ``a`` and ``b`` not share a node, by either one's required hostname anti-affinity? (Anti-affinity
+    is symmetric: the pod already there repels a newcomer its term selects, and the newcomer's term keeps it
+    from a node running a pod it selects.)"""
+    return repels_on_host(a, b, namespace_labels) or repels_on_host(b, a, namespace_labels)
 
 
 def parse_host_ports(spec: RawObject) -> tuple[HostPort, ...]:

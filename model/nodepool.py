@@ -3,16 +3,23 @@ plus the derived views the solver uses."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from model.api import ApiModel
 from model.errors import InputError
+from model.labels import CAPACITY_TYPE, NODEPOOL, ZONE
 from model.requirements import NODEPOOL_OPERATORS, Requirement, Requirements
 from model.resources import Resources
 from model.taints import Taint
 
+if TYPE_CHECKING:
+    from model.instancetype import InstanceType
+    from model.snapshot import Snapshot
+
+#: The pseudo-resource ``spec.limits`` caps the node count with (Karpenter's ``nodes`` limit).
+NODES = "nodes"
 
 def _requirement(raw: Any) -> Requirement:
     if isinstance(raw, Requirement):
@@ -207,3 +214,27 @@ class NodeClaim(ApiModel):
 
     def condition(self, kind: str) -> bool:
         return any(c.type == kind and c.status == "True" for c in self.status.conditions)
+
+
+def pool_usage(snapshot: Snapshot, nodepool: NodePool) -> Resources:
+    """What counts against a NodePool's ``spec.limits`` already, as Karpenter counts it: the capacity (not
+    allocatable) of every node the pool owns plus one ``nodes`` each, and of every NodeClaim of the pool whose
+    node has not joined yet (its reported capacity, else its requests)."""
+    usage = Resources()
+    node_names = set()
+    for node in snapshot.nodes:
+        if node.labels.get(NODEPOOL) == nodepool.name:
+            usage = usage + node.capacity + {NODES: 1}
+            node_names.add(node.name)
+    for claim in snapshot.nodeclaims:
+        if claim.nodepool == nodepool.name and claim.status.node_name not in node_names:
+            capacity = claim.status.capacity or claim.spec.resources.requests
+            usage = usage + capacity + {NODES: 1}
+    return usage
+
+
+def launched_labels(nodepool: NodePool, instance_type: InstanceType, zone: str, capacity_type: str) -> dict[str, str]:
+    """The labels a node the pool launches on this offering carries (before values chosen for the pool's
+    other requirement keys): the instance type's, the template's, then zone, capacity type and NodePool."""
+    return {**instance_type.labels, **nodepool.labels, ZONE: zone, CAPACITY_TYPE: capacity_type,
+            NODEPOOL: nodepool.name}

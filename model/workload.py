@@ -129,3 +129,8 @@ class Namespace(BaseModel):
     def parse(cls, raw: Mapping[str, Any]) -> Namespace:
         meta = RawObject(raw).obj("metadata")
         return cls(name=meta.str("name"), labels=meta.string_map("labels"))
+
+
+def daemon_pods(daemonsets: Iterable[DaemonSet], labels: Mapping[str, str], taints: Sequence[Taint]) -> list[Pod]:
+    """The pods the DaemonSet controller would run on a node with these labels and taints (``runs_on``)."""
+    return [ds.pod for ds in daemonsets if ds.runs_on(labels, taints)]

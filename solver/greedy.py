@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from model.nodepool import NODES
 from model.pod import Pod
 from solver.classes import karpenter_order
 from solver.placement import NewNode, Placement
 from solver.problem import Problem
-from solver.rules.limits import NODES
 
 
 @dataclass

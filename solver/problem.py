@@ -6,19 +6,21 @@ structure, so a rule's verdict on a (class, node) pair is computed once, here.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from model.inflight import node_views
 from model.node import Node
 from model.pod import Pod
 from model.resources import CPU, MEMORY, PODS, Resources
 from model.snapshot import Snapshot
 from solver.classes import PodClass, build_classes, selector_label_keys
-from solver.inflight import node_views
-from solver.rules import antiaffinity, minvalues, podaffinity, preferences, topology
-from solver.rules.counters import build_counters
+from solver.rules.base import BatchContext
+from solver.rules.counters import NodeCounter
 from solver.rules.daemonsets import missing_daemon_overhead
+from solver.rules.registry import RULES
 from solver.rules.selection import SelectionRule
 from solver.templates import NodeTemplate, PoolInfo, build_templates, pool_infos
 
@@ -53,7 +55,10 @@ class Problem:
     #: may class c use template t / existing node e (selection + taints), shapes (C, T), (C, E)
     template_ok: np.ndarray
     existing_ok: np.ndarray
-    rule: SelectionRule
+    #: how many of ``axes`` are resources (the rest are per-node counters)
+    resource_axes: int = 0
+    #: node selection, memoised (``rules.selection``): explanations ask it again
+    rule: SelectionRule = field(default_factory=SelectionRule)
     #: preferred node-affinity score of each class on each template / existing node, shapes (C, T), (C, E)
     template_pref: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
     existing_pref: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
@@ -62,6 +67,8 @@ class Problem:
     existing_heaviest: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool))
     #: constraints pods carry that this version does not model (reported with the plan)
     unmodelled: list[str] = field(default_factory=list)
+    #: where an encoding is stricter than Kubernetes: a proof of optimality holds for that stricter model
+    conservative: list[str] = field(default_factory=list)
 
     def selection_labels_ok(self, c: int, t: int) -> bool:
         """Labels only (no taints): used to tell a person which rule refused a pod."""
@@ -105,70 +112,38 @@ def existing_capacity(snapshot: Snapshot) -> list[ExistingCapacity]:
     return out
 
 
-def pin_zones(snapshot: Snapshot, pending: list[Pod], templates: list[NodeTemplate],
-              existing: list[ExistingCapacity]) -> list[Pod]:
-    """Apply pod-to-pod rules as node requirements on copies of the pending pods: towards running pods
-    (``rules.podaffinity``), then domain pins and soft pins per topology key (``rules.topology``)."""
-    if not any(p.topology_spread or p.pod_affinity or p.pod_anti_affinity or p.preferred_pod_affinity
-               or p.preferred_pod_anti_affinity for p in pending) and not any(
-            p.pod_anti_affinity for p in snapshot.pods if p.node_name):
-        return pending
-    namespaces = {ns.name: ns.labels for ns in snapshot.namespaces}
-    bound = podaffinity.running_pods(snapshot.pods, [v.node for v in node_views(snapshot)])
-    rules = podaffinity.RunningPodRules(bound, pending, namespaces)
-    nodes = [(t.labels, t.pool.taints) for t in templates] + [(e.node.labels, list(e.node.taints)) for e in existing]
-    constrained = [rules.constrain(p) for p in pending]
-    blocked = {p.key for p in constrained if p.rule_problem or p.volume_problem}
-    return topology.apply(constrained, topology.plan_domains(pending, bound, nodes, blocked, constrained))
-
-
 def compile_problem(snapshot: Snapshot, pods: list[Pod] | None = None) -> Problem:
+    """Compile the batch by running every registered rule family (``solver.rules.registry.RULES``) phase by phase:
+    constrain the pods, bundle them, build classes and counters, admit, score, then collect notes."""
     pending = snapshot.pending_pods() if pods is None else pods
     label_keys = selector_label_keys(snapshot.pods)
-    namespaces = {ns.name: ns.labels for ns in snapshot.namespaces}
     templates = build_templates(snapshot, build_classes(pending, label_keys))
-    existing = existing_capacity(snapshot)
-    pending = pin_zones(snapshot, pending, templates, existing)
-    bound: dict[str, list[Pod]] = {}
-    for pod in snapshot.pods:
-        if pod.node_name and not pod.terminal:
-            bound.setdefault(pod.node_name, []).append(pod)
-    running = [p for pods_on_node in bound.values() for p in pods_on_node]
-
-    # self-affine on hostname with no matching pod running yet: the group (the pods carrying the term,
-    # whatever their shapes, plus a partner for a lone one: ``antiaffinity.host_affinity_bundles``) shares
-    # one new node
-    bundles = antiaffinity.host_affinity_bundles(pending, running, namespaces)
+    batch = BatchContext(snapshot=snapshot, templates=templates, existing=existing_capacity(snapshot),
+                         submitted={p.key: p for p in pending})
+    for rule in RULES:
+        pending = rule.constrain(batch, pending)
+    bundles: dict[str, Hashable] = {}
+    for rule in RULES:
+        bundles.update(rule.bundles(batch, pending))
     classes = build_classes(pending, label_keys, lambda pod: bundles.get(pod.key))
-    axes = resource_axes(classes)
-    rule = SelectionRule()
-    template_ok = np.zeros((len(classes), len(templates)), dtype=bool)
-    existing_ok = np.zeros((len(classes), len(existing)), dtype=bool)
-    for c in classes:
-        # self-affine on hostname with matching pods running: only the nodes that run them will do
-        joins_running = antiaffinity.self_affine_on_host(c.representative, namespaces) and not c.bundle
-        if not joins_running:
-            template_ok[c.index] = rule.admits_all(c, templates)
-        for e, cap in enumerate(existing):
-            on_node = bound.get(cap.name, [])
-            existing_ok[c.index, e] = (rule.admits(c, cap.node.labels, cap.node.taints)
-                                       and not antiaffinity.blocked_by_bound_pods(c, on_node, namespaces)
-                                       and (not joins_running or any(antiaffinity.affinity_matches(
-                                           c.representative, other, namespaces) for other in on_node)))
-    minvalues.restrict(template_ok, templates, np.array([vector(t.allocatable, axes) for t in templates],
-                                                        dtype=np.int64).reshape(len(templates), len(axes)))
-    # soft preferences (preferred node affinity, soft pod rules, PreferNoSchedule taints): ``rules.preferences``
-    scorer = preferences.PreferenceScorer(classes, [t.pool.taints for t in templates]
-                                          + [list(e.node.taints) for e in existing])
-    template_pref, template_heaviest = preferences.score_matrices(
-        classes, [(t.labels, t.pool.taints) for t in templates], scorer)
-    existing_pref, existing_heaviest = preferences.score_matrices(
-        classes, [(e.node.labels, e.node.taints) for e in existing], scorer)
-    counters = build_counters(classes, namespaces)
-    base = len(axes)
-    axes = axes + tuple(counter.name for counter in counters)
-    sizes = np.array([vector(c.unit_requests, axes[:base])
-                      + [counter.uses.get(c.index, 0) * c.unit for counter in counters]
+    counters = [counter for rule in RULES for counter in rule.counters(batch, classes)]
+    problem = _matrices(batch, classes, counters)
+    for rule in RULES:
+        rule.admit(batch, problem)
+    for rule in RULES:
+        rule.score(batch, problem)
+    problem.unmodelled = [note for rule in RULES for note in rule.unmodelled(batch, classes, counters)]
+    problem.conservative = [note for rule in RULES for note in rule.conservative(batch, classes, counters)]
+    return problem
+
+
+def _matrices(batch: BatchContext, classes: list[PodClass], counters: list[NodeCounter]) -> Problem:
+    """The problem's integer matrices: class sizes and node capacities over resources then counters, every
+    (class, node) pair open until the families' ``admit`` closes it, no preferences yet."""
+    snapshot, templates, existing = batch.snapshot, batch.templates, batch.existing
+    base = resource_axes(classes)
+    axes = base + tuple(counter.name for counter in counters)
+    sizes = np.array([vector(c.unit_requests, base) + [counter.uses.get(c.index, 0) * c.unit for counter in counters]
                       for c in classes], dtype=np.int64).reshape(len(classes), len(axes))
     daemons_on = [[ds.pod for ds in snapshot.daemonsets if ds.runs_on(t.labels, t.pool.taints)] for t in templates]
     template_alloc = np.array([vector(t.allocatable, axes) for t in templates],
@@ -177,13 +152,16 @@ def compile_problem(snapshot: Snapshot, pods: list[Pod] | None = None) -> Proble
                              dtype=np.int64).reshape(len(existing), len(axes))
     for j, counter in enumerate(counters):
         for t in range(len(templates)):
-            template_alloc[t, base + j] = counter.capacity_with(daemons_on[t])
+            template_alloc[t, len(base) + j] = counter.capacity_with(daemons_on[t])
         for e, cap in enumerate(existing):
-            existing_free[e, base + j] = counter.capacity_with(bound.get(cap.name, []))
+            existing_free[e, len(base) + j] = counter.capacity_with(batch.bound.get(cap.name, []))
     # a class that requests a resource a node lacks (zero allocatable) fits nowhere there; sizes cover it
     return Problem(snapshot=snapshot, classes=classes, pools=pool_infos(snapshot), templates=templates,
                    existing=existing, axes=axes, sizes=sizes, template_alloc=template_alloc,
-                   existing_free=existing_free, template_ok=template_ok, existing_ok=existing_ok,
-                   rule=rule, template_pref=template_pref, existing_pref=existing_pref,
-                   template_heaviest=template_heaviest, existing_heaviest=existing_heaviest,
-                   unmodelled=antiaffinity.unmodelled(classes, namespaces, counters))
+                   existing_free=existing_free, resource_axes=len(base),
+                   template_ok=np.ones((len(classes), len(templates)), dtype=bool),
+                   existing_ok=np.ones((len(classes), len(existing)), dtype=bool),
+                   template_pref=np.zeros((len(classes), len(templates)), dtype=np.int64),
+                   existing_pref=np.zeros((len(classes), len(existing)), dtype=np.int64),
+                   template_heaviest=np.ones((len(classes), len(templates)), dtype=bool),
+                   existing_heaviest=np.ones((len(classes), len(existing)), dtype=bool))

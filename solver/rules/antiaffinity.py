@@ -5,25 +5,19 @@ each other are kept apart by per-node counters (``counters.py``), on other keys 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from model.affinity import PodAffinityTerm
-from model.labels import HOSTNAME, ZONE
+from model.affinity import PodAffinityTerm, repels
+from model.labels import HOSTNAME
 from model.pod import Pod
 from solver.classes import PodClass
-from solver.rules.counters import NodeCounter, modelled_spread, separates
-from solver.rules.topology import domain_rules
+from solver.rules.base import BatchContext, Rule, Why
+from solver.rules.counters import NodeCounter, anti_affinity_counters, separates
+from solver.rules.podaffinity import confined, selects_own
 
-
-def _repels(owner: Pod, other: Pod, namespace_labels: Mapping[str, dict[str, str]]) -> bool:
-    return any(term.topology_key == HOSTNAME and term.selects(owner.namespace, owner.labels, other.namespace,
-                                                                other.labels, namespace_labels.get(other.namespace))
-               for term in owner.pod_anti_affinity)
-
-
-def repels(a: Pod, b: Pod, namespace_labels: Mapping[str, dict[str, str]]) -> bool:
-    """May ``a`` and ``b`` not share a node, by either one's required hostname anti-affinity?"""
-    return _repels(a, b, namespace_labels) or _repels(b, a, namespace_labels)
+if TYPE_CHECKING:
+    from solver.problem import Problem
 
 
 def blocked_by_bound_pods(pod_class: PodClass, bound: Sequence[Pod], namespace_labels: Mapping[str, dict[str, str]]
@@ -96,54 +90,10 @@ def host_affinity_bundles(pending: Sequence[Pod], running: Sequence[Pod],
     return out
 
 
-def _selects_other_class(pod: Pod, term: PodAffinityTerm, pod_class: PodClass, classes: Sequence[PodClass],
-                         namespace_labels: Mapping[str, dict[str, str]]) -> bool:
-    return any(o.index != pod_class.index and term.selects(pod.namespace, pod.labels, o.representative.namespace,
-                                                           o.representative.labels,
-                                                           namespace_labels.get(o.representative.namespace))
-               for o in classes)
-
-
-def _confined(pod: Pod, key: str) -> bool:
-    """Did a rule confine the pod on ``key`` (to running matches' domains, or beside pending ones)?"""
-    return (key == ZONE and bool(pod.zone_pin)) or any(
-        req.key == key and req.operator == "In" for group in pod.rule_terms for alt in group for req in alt.items)
-
-
-def unmodelled(classes: Sequence[PodClass], namespace_labels: Mapping[str, dict[str, str]],
-               counters: Sequence[NodeCounter] = ()) -> list[str]:
-    """Constraints pods carry that no rule models, one precise note each (the plan reports them)."""
+def unmodelled_pairs(classes: Sequence[PodClass], namespace_labels: Mapping[str, dict[str, str]],
+                     counters: Sequence[NodeCounter]) -> list[str]:
+    """Pending classes that repel each other on the hostname and that no counter keeps apart."""
     notes = []
-    for c in classes:
-        pod = c.representative
-        own = (pod.namespace, pod.labels, pod.namespace, pod.labels)
-        if pod.rule_problem or pod.volume_problem:
-            continue  # unschedulable with a reason: nothing of it lands
-        for term in pod.pod_anti_affinity:
-            if term.topology_key != HOSTNAME and not term.selects(*own) and _selects_other_class(
-                    pod, term, c, classes, namespace_labels):
-                notes.append(f"{c.name}: required pod anti-affinity on {term.topology_key} towards pending pods "
-                             "of other workloads is not modelled")
-        for term in pod.pod_affinity:
-            if not term.selects(*own) and not _confined(pod, term.topology_key):
-                notes.append(f"{c.name}: required pod affinity on {term.topology_key} to pending pods of other "
-                             "workloads (none running) is not modelled")
-        for i, spread in enumerate(pod.topology_spread):
-            if not modelled_spread(pod)[i]:
-                notes.append(f"{c.name}: topology spread on {spread.topology_key} ({spread.when_unsatisfiable}) "
-                             "is not modelled")
-        for term in pod.preferred_pod_affinity + pod.preferred_pod_anti_affinity:
-            if term.topology_key == HOSTNAME and term.selects(*own):
-                notes.append(f"{c.name}: preferred pod (anti-)affinity on {HOSTNAME} to its own pods is not modelled")
-            elif not term.selects(*own) and _selects_other_class(pod, term, c, classes, namespace_labels):
-                notes.append(f"{c.name}: preferred pod (anti-)affinity on {term.topology_key} towards pending pods "
-                             "of other workloads is not modelled")
-        hard = [r for r in domain_rules(pod) if r.hard]
-        if len(hard) > 1:
-            notes.append(f"{c.name}: only its first hard topology rule ({hard[0].describe()}) pins it; "
-                         + "; ".join(r.describe() for r in hard[1:]) + " not modelled")
-        if pod.resource_claims:
-            notes.append(f"{c.name}: DRA resource claims are not modelled")
     repelling = [c for c in classes if c.representative.pod_anti_affinity]
     for c in repelling:  # a pair repels only if one of them has a term: O(repelling × classes)
         for other in classes:
@@ -153,3 +103,72 @@ def unmodelled(classes: Sequence[PodClass], namespace_labels: Mapping[str, dict[
                     separates(counter, c.index, other.index) for counter in counters):
                 notes.append(f"{c.name} and {other.name} repel each other on {HOSTNAME}: not modelled")
     return notes
+
+
+def _settled(pod_class: PodClass) -> bool:
+    """Is the class already left pending with a reason (nothing of it lands, so nothing to model)?"""
+    return bool(pod_class.representative.rule_problem or pod_class.representative.volume_problem)
+
+
+class HostnameAffinity(Rule):
+    """Required pod affinity on the hostname to the pod's own kind: a group with no match running is one
+    bundle on one new node; a group with matches running may only join their nodes."""
+
+    name = f"pod affinity on {HOSTNAME}"
+    reads = ("Namespace",)
+
+    def bundles(self, batch: BatchContext, pods: Sequence[Pod]) -> Mapping[str, Hashable]:
+        return host_affinity_bundles(pods, batch.running, batch.namespaces)
+
+    def admit(self, batch: BatchContext, problem: Problem) -> None:
+        for c in problem.classes:
+            if c.bundle or not self_affine_on_host(c.representative, batch.namespaces):
+                continue
+            problem.template_ok[c.index] = False
+            for e, cap in enumerate(problem.existing):
+                if problem.existing_ok[c.index, e]:
+                    problem.existing_ok[c.index, e] = any(affinity_matches(c.representative, other, batch.namespaces)
+                                                          for other in batch.bound.get(cap.name, []))
+
+    def explain(self, why: Why) -> str:
+        if not why.admitted and why.pod.pod_affinity:
+            return ("required pod affinity on kubernetes.io/hostname: it must join a node already running its "
+                    "group, and none of those has room")
+        if why.admitted and not why.fits and why.pod_class.bundle:
+            return (f"required pod affinity on kubernetes.io/hostname puts all {why.pod_class.unit} pods of its "
+                    "group on one node, and no instance type the NodePools allow holds them all")
+        return ""
+
+    def unmodelled(self, batch: BatchContext, classes: Sequence[PodClass],
+                   counters: Sequence[NodeCounter]) -> list[str]:
+        return [f"{c.name}: required pod affinity on {HOSTNAME} to pending pods of other workloads (none running) "
+                "is not modelled" for c in classes if not _settled(c)
+                for term in c.representative.pod_affinity if term.topology_key == HOSTNAME
+                and not selects_own(c.representative, term) and not confined(c.representative, HOSTNAME)]
+
+
+class HostnameAntiAffinity(Rule):
+    """Required pod anti-affinity on the hostname: nodes running a repelled (or repelling) pod are closed;
+    pending pods that repel each other are kept apart by counters (``counters.anti_affinity_counters``)."""
+
+    name = f"pod anti-affinity on {HOSTNAME}"
+    reads = ("Namespace",)
+    counter_names = {"repel": f"required pod anti-affinity on {HOSTNAME}",
+                     "repel-other": f"required pod anti-affinity between workloads on {HOSTNAME}"}
+
+    def admit(self, batch: BatchContext, problem: Problem) -> None:
+        if not any(p.pod_anti_affinity for p in batch.running) and not any(
+                c.representative.pod_anti_affinity for c in problem.classes):
+            return
+        for c in problem.classes:
+            for e, cap in enumerate(problem.existing):
+                if problem.existing_ok[c.index, e] and blocked_by_bound_pods(c, batch.bound.get(cap.name, []),
+                                                                             batch.namespaces):
+                    problem.existing_ok[c.index, e] = False
+
+    def counters(self, batch: BatchContext, classes: Sequence[PodClass]) -> Sequence[NodeCounter]:
+        return anti_affinity_counters(classes, batch.namespaces)
+
+    def unmodelled(self, batch: BatchContext, classes: Sequence[PodClass],
+                   counters: Sequence[NodeCounter]) -> list[str]:
+        return unmodelled_pairs([c for c in classes if not _settled(c)], batch.namespaces, counters)

@@ -27,6 +27,7 @@ from model.affinity import LabelSelector, PodAffinityTerm
 from model.labels import HOSTNAME
 from model.pod import Pod
 from solver.classes import PodClass
+from solver.rules.base import BatchContext, Rule
 
 
 @dataclass
@@ -56,6 +57,14 @@ class NodeCounter:
 
 def build_counters(classes: Sequence[PodClass],
                    namespace_labels: Mapping[str, dict[str, str]] | None = None) -> list[NodeCounter]:
+    """Every per-node counter of the batch, in axis order (each rule family builds its own)."""
+    return (anti_affinity_counters(classes, namespace_labels) + host_port_counters(classes)
+            + spread_counters(classes))
+
+
+def anti_affinity_counters(classes: Sequence[PodClass],
+                           namespace_labels: Mapping[str, dict[str, str]] | None = None) -> list[NodeCounter]:
+    """Required pod anti-affinity on hostname: one counter per self-matching term, then the cross-class ones."""
     counters: list[NodeCounter] = []
     namespace_labels = namespace_labels or {}
     repelled: dict[tuple[str, PodAffinityTerm], NodeCounter] = {}
@@ -81,6 +90,12 @@ def build_counters(classes: Sequence[PodClass],
             repelled[term_key] = counter
             counters.append(counter)
     counters.extend(_cross_class(classes, others, namespace_labels))
+    return counters
+
+
+def host_port_counters(classes: Sequence[PodClass]) -> list[NodeCounter]:
+    """One counter of capacity 1 per host port any pending pod binds."""
+    counters: list[NodeCounter] = []
     ports: dict[tuple[str, int], NodeCounter] = {}
     for c in classes:
         for port in c.representative.host_ports:
@@ -90,6 +105,12 @@ def build_counters(classes: Sequence[PodClass],
                                          port=key)
                 counters.append(ports[key])
             ports[key].uses[c.index] = 1
+    return counters
+
+
+def spread_counters(classes: Sequence[PodClass]) -> list[NodeCounter]:
+    """Hostname topology spread (DoNotSchedule): one counter of capacity maxSkew per distinct selector."""
+    counters: list[NodeCounter] = []
     spreads: dict[tuple[str, LabelSelector, int], NodeCounter] = {}
     for c in classes:
         pod = c.representative
@@ -145,3 +166,25 @@ def modelled_spread(pod: Pod) -> Mapping[int, bool]:
     constraint without a labelSelector counts no pods and always holds."""
     return {i: s.selector is None or s.topology_key != HOSTNAME or s.when_unsatisfiable == "DoNotSchedule"
             for i, s in enumerate(pod.topology_spread)}
+
+
+class HostnameSpread(Rule):
+    """Topology spread on the hostname: DoNotSchedule as per-node counters (``spread_counters``)."""
+
+    name = f"topology spread on {HOSTNAME}"
+    counter_names = {"spread": f"topology spread on {HOSTNAME}"}
+
+    def counters(self, batch: BatchContext, classes: Sequence[PodClass]) -> Sequence[NodeCounter]:
+        return spread_counters(classes)
+
+    def unmodelled(self, batch: BatchContext, classes: Sequence[PodClass],
+                   counters: Sequence[NodeCounter]) -> list[str]:
+        notes = []
+        for c in classes:
+            pod = c.representative
+            if pod.rule_problem or pod.volume_problem:
+                continue
+            modelled = modelled_spread(pod)
+            notes.extend(f"{c.name}: topology spread on {spread.topology_key} ({spread.when_unsatisfiable}) "
+                         "is not modelled" for i, spread in enumerate(pod.topology_spread) if not modelled[i])
+        return notes

@@ -14,6 +14,7 @@ from model.pod import Pod
 from model.resources import Resources
 from model.taints import Taint
 from model.workload import DaemonSet
+from solver.rules.base import Rule
 
 
 def daemon_overhead(daemonsets: Iterable[DaemonSet], labels: Mapping[str, str],
@@ -33,3 +34,12 @@ def missing_daemon_overhead(daemonsets: Iterable[DaemonSet], node: Node, bound: 
         if (ds.namespace, ds.name) not in running and ds.runs_on(node.labels, node.taints):
             missing = missing + ds.pod.requests
     return missing
+
+
+class DaemonSetOverhead(Rule):
+    """DaemonSets: their pods' requests come off every template's and node's capacity before packing
+    (``templates.build_templates`` and ``problem.existing_capacity`` apply ``daemon_overhead``); their host
+    ports close nodes to pods binding the same ports (``counters.NodeCounter.capacity_with``)."""
+
+    name = "DaemonSet overhead"
+    reads = ("DaemonSet",)

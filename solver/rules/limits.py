@@ -9,27 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from model.instancetype import InstanceType
-from model.labels import NODEPOOL
-from model.nodepool import NodePool
-from model.resources import Resources
+from model.nodepool import NODES, NodePool, pool_usage
 from model.snapshot import Snapshot
-
-NODES = "nodes"
-
-
-def pool_usage(snapshot: Snapshot, nodepool: NodePool) -> Resources:
-    """Capacity the pool already holds: its nodes, plus launched NodeClaims that have no node yet."""
-    usage = Resources()
-    node_names = set()
-    for node in snapshot.nodes:
-        if node.labels.get(NODEPOOL) == nodepool.name:
-            usage = usage + node.capacity + {NODES: 1}
-            node_names.add(node.name)
-    for claim in snapshot.nodeclaims:
-        if claim.nodepool == nodepool.name and claim.status.node_name not in node_names:
-            capacity = claim.status.capacity or claim.spec.resources.requests
-            usage = usage + capacity + {NODES: 1}
-    return usage
+from solver.rules.base import Rule, Why
 
 
 def remaining(snapshot: Snapshot, nodepool: NodePool) -> dict[str, int]:
@@ -41,3 +23,22 @@ def remaining(snapshot: Snapshot, nodepool: NodePool) -> dict[str, int]:
 def consumption(instance_type: InstanceType, limited: Mapping[str, int]) -> dict[str, int]:
     """What one new node of ``instance_type`` counts against each limited resource."""
     return {name: 1 if name == NODES else instance_type.capacity[name] for name in limited}
+
+
+class NodePoolLimits(Rule):
+    """NodePool ``spec.limits``: a coupling constraint of the integer master (``remaining`` per pool)."""
+
+    name = "NodePool limits"
+    reads = ("NodePool", "NodeClaim")
+
+    def explain(self, why: Why) -> str:
+        if not why.fits:
+            return ""
+        problem = why.problem
+        pools = sorted({problem.templates[t].pool.name for t in why.fits})
+        limited = [p for p in problem.pools if p.name in pools and p.limits_remaining]
+        if not limited or len(limited) != len(pools):
+            return ""
+        return "; ".join(f"NodePool {p.name} limit "
+                         + ", ".join(f"{k}={v}" for k, v in sorted(p.nodepool.limits.to_quantities().items()))
+                         + " reached" for p in limited)

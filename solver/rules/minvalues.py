@@ -5,8 +5,8 @@ lists (every type the pool allows that is compatible with the claim's pods and h
 least m distinct values of K, or it launches nothing. A planned NodeClaim names one instance type; it is
 valid when such a list exists for it: among the pool's types with an available offering in the claim's
 zone and capacity type, those whose labels every pod on it accepts and whose allocatable (after
-DaemonSet overhead) holds all its pods span ≥ m values of K (``alternatives`` computes them; the
-verifier checks them per claim).
+DaemonSet overhead) holds all its pods span ≥ m values of K (``model.minvalues.alternatives`` computes
+them; the verifier checks them per claim).
 
 The solver enforces a sufficient per-class condition: a class may use template t only if the pool's
 templates in t's zone and capacity type that are at least as large as t in every resource *and* admit
@@ -16,20 +16,17 @@ that accept disjoint sets of those types could still leave a claim short (the ve
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from model.nodepool import NodePool
-from model.pod import Pod
-from model.resources import Resources
-from model.snapshot import Snapshot
-from solver.rules.daemonsets import daemon_overhead
-from solver.templates import NodeTemplate, node_labels
+from model.minvalues import strict_keys
+from solver.rules.base import BatchContext, Rule, Why
+from solver.templates import NodeTemplate
 
-
-def strict_keys(pool: NodePool) -> list[tuple[str, int]]:
-    return [(r.key, r.min_values) for r in pool.requirements.items if r.min_values]
+if TYPE_CHECKING:
+    from solver.problem import Problem
 
 
 def restrict(template_ok: np.ndarray, templates: Sequence[NodeTemplate], alloc: np.ndarray) -> None:
@@ -67,38 +64,21 @@ def restrict(template_ok: np.ndarray, templates: Sequence[NodeTemplate], alloc: 
             template_ok[c, idx] = ok & keep
 
 
-def alternatives(snapshot: Snapshot, pool: NodePool, zone: str, capacity_type: str, pods: Sequence[Pod],
-                 extra_labels: Mapping[str, str] | None = None) -> list[dict[str, str]]:
-    """Labels of every instance type a NodeClaim of ``pool`` in this zone and capacity type could list
-    for these pods (the exact check the verifier applies)."""
-    requested = Resources()
-    for pod in pods:
-        requested = requested + pod.requests
-    out = []
-    for it in snapshot.instance_types:
-        offering = next((o for o in it.offerings if o.zone == zone and o.capacity_type == capacity_type
-                         and o.available), None)
-        if offering is None:
-            continue
-        labels = {**(extra_labels or {}), **node_labels(pool, it, offering)}
-        if not pool.requirements.matches(labels) or not all(p.accepts_labels(labels) for p in pods):
-            continue
-        free = it.allocatable - daemon_overhead(snapshot.daemonsets, labels, pool.taints)
-        if not requested.exceeding(free):
-            out.append(labels)
-    return out
+class MinValues(Rule):
+    """NodePool requirements' ``minValues`` (Strict): the sufficient per-class condition above."""
 
+    name = "NodePool minValues"
 
-def shortfalls(snapshot: Snapshot, pool: NodePool, zone: str, capacity_type: str, pods: Sequence[Pod],
-               extra_labels: Mapping[str, str] | None = None) -> list[str]:
-    """Each minValues the claim cannot meet, as ``key: n of m``."""
-    keys = strict_keys(pool)
-    if not keys:
-        return []
-    options = alternatives(snapshot, pool, zone, capacity_type, pods, extra_labels)
-    out = []
-    for key, minimum in keys:
-        spanned = len({labels[key] for labels in options if key in labels})
-        if spanned < minimum:
-            out.append(f"{key}: {spanned} of minValues {minimum}")
-    return out
+    def admit(self, batch: BatchContext, problem: Problem) -> None:
+        restrict(problem.template_ok, problem.templates, problem.template_alloc[:, :problem.resource_axes])
+
+    def explain(self, why: Why) -> str:
+        if why.admitted and why.fits:
+            return ""
+        problem, c = why.problem, why.c
+        closed = {(problem.templates[t].pool.name, key, m) for t in why.tolerated if not problem.template_ok[c, t]
+                  and np.all(problem.template_alloc[t] >= problem.sizes[c])
+                  for key, m in strict_keys(problem.templates[t].pool.nodepool)}
+        return "; ".join(f"NodePool {pool} requires minValues {m} distinct {key} among the instance types that "
+                         "could hold its NodeClaim (Strict), and fewer of those are large enough for it"
+                         for pool, key, m in sorted(closed))

@@ -25,10 +25,12 @@ from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from model.affinity import PodAffinityTerm
-from model.labels import HOSTNAME
+from model.labels import HOSTNAME, ZONE
 from model.node import Node
 from model.pod import Pod, PreferredTerm
 from model.requirements import Requirement, Requirements
+from solver.classes import PodClass
+from solver.rules.base import BatchContext, Rule, Why
 
 Placed = Sequence[tuple[Pod, Mapping[str, str]]]
 
@@ -131,3 +133,79 @@ class RunningPodRules:
         if preferred:
             update["preferred_terms"] = tuple(preferred)
         return update
+
+
+def selects_own(pod: Pod, term: PodAffinityTerm) -> bool:
+    """Does the term select the pod's own kind (a self-(anti-)affinity)?"""
+    return term.selects(pod.namespace, pod.labels, pod.namespace, pod.labels)
+
+
+def selects_other_class(pod: Pod, term: PodAffinityTerm, pod_class: PodClass, classes: Sequence[PodClass],
+                        namespace_labels: Mapping[str, dict[str, str]]) -> bool:
+    """Does the term select pending pods of another class?"""
+    return any(o.index != pod_class.index and term.selects(pod.namespace, pod.labels, o.representative.namespace,
+                                                           o.representative.labels,
+                                                           namespace_labels.get(o.representative.namespace))
+               for o in classes)
+
+
+def confined(pod: Pod, key: str) -> bool:
+    """Did a rule confine the pod on ``key`` (to running matches' domains, or beside pending ones)?"""
+    return (key == ZONE and bool(pod.zone_pin)) or any(
+        req.key == key and req.operator == "In" for group in pod.rule_terms for alt in group for req in alt.items)
+
+
+def _noun(key: str) -> str:
+    return {ZONE: "zones", HOSTNAME: "nodes"}.get(key, f"{key} domains")
+
+
+def pinned_reason(why: Why) -> str:
+    """A pod-to-pod rule turned into node requirements (``pod.rule_terms``, from this family or
+    ``rules.topology``) that closes every node the pod's own selection leaves open: which rule, which
+    pods, which domains."""
+    pod, problem = why.pod, why.problem
+    if not pod.rule_terms:
+        return ""
+    plain = pod.model_copy(update={"rule_terms": (), "rule_reasons": ()})
+    new = [t.labels for t in problem.templates if plain.accepts_labels(t.labels)]
+    old = [(e.name, e.node.labels) for e in problem.existing if plain.accepts_labels(e.node.labels)]
+    for group, reason in zip(pod.rule_terms, pod.rule_reasons, strict=False):
+        req = group[0].items[0]
+        if any(alt.matches(labels) for alt in group for labels in new):
+            continue
+        noun = _noun(req.key)
+        if req.operator == "NotIn":
+            if any(alt.matches(labels) for alt in group for _, labels in old):
+                continue
+            open_domains = sorted({labels[req.key] for labels in new + [lb for _, lb in old] if req.key in labels})
+            return (f"{reason}: matching pods already occupy all {len(open_domains)} {noun} it may use "
+                    f"({', '.join(open_domains)})")
+        hosts = [name for name, labels in old if any(alt.matches(labels) for alt in group)]
+        if hosts:
+            return f"{reason} confines it to {noun} {', '.join(req.values)}: none of those has room for it"
+        return (f"{reason} confines it to {noun} {', '.join(req.values)}, where no node it may use "
+                "can be launched")
+    return ""
+
+
+class RunningPodTerms(Rule):
+    """Pod (anti-)affinity towards running pods, any key: node requirements on the pending pods' copies.
+    Its ``explain`` also words the pins ``rules.topology`` derives (both leave ``rule_terms``)."""
+
+    name = "pod (anti-)affinity to running pods"
+    reads = ("Namespace",)
+
+    def constrain(self, batch: BatchContext, pods: list[Pod]) -> list[Pod]:
+        if not any(p.pod_affinity or p.pod_anti_affinity or p.preferred_pod_affinity
+                   or p.preferred_pod_anti_affinity for p in pods) and not any(
+                p.pod_anti_affinity for p in batch.running):
+            return pods
+        rules = RunningPodRules(batch.placed, pods, batch.namespaces)
+        return [rules.constrain(p) for p in pods]
+
+    def explain(self, why: Why) -> str:
+        if why.pod.rule_problem:
+            return why.pod.rule_problem
+        if not why.problem.templates and not why.problem.existing:
+            return ""  # nothing to launch at all: node selection says so first
+        return pinned_reason(why)

@@ -1,13 +1,31 @@
 """Host ports: a node can bind a (protocol, port, host IP) once. The solver models ports as per-node
-counters (``counters.py``); this is the exact pairwise check the verifier applies."""
+counters (``counters.py``); the exact pairwise check (``model.affinity.ports_clash``) is the verifier's."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 
-from model.affinity import HostPort
+import numpy as np
+
+from solver.classes import PodClass
+from solver.rules.base import BatchContext, Rule, Why
+from solver.rules.counters import NodeCounter, host_port_counters
 
 
-def ports_clash(a: Iterable[HostPort], b: Iterable[HostPort]) -> bool:
-    others = tuple(b)
-    return any(p.conflicts(q) for p in a for q in others)
+class HostPorts(Rule):
+    """Host ports as per-node counters of capacity 1 (``counters.host_port_counters``)."""
+
+    name = "host ports"
+    reads = ("DaemonSet",)
+    counter_names = {"hostPort": "host port"}
+
+    def counters(self, batch: BatchContext, classes: Sequence[PodClass]) -> Sequence[NodeCounter]:
+        return host_port_counters(classes)
+
+    def explain(self, why: Why) -> str:
+        problem, c = why.problem, why.c
+        ports = [i for i, axis in enumerate(problem.axes) if axis.startswith("hostPort:") and problem.sizes[c, i]]
+        if not why.admitted or not ports or any(np.all(problem.template_alloc[t, ports] >= 1) for t in why.admitted):
+            return ""
+        names = ", ".join(problem.axes[i].split(":", 1)[1] for i in ports)
+        return f"host port(s) {names} are already bound by DaemonSets on every node the NodePools can launch"

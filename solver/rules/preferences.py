@@ -22,11 +22,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from model.labels import HOSTNAME
 from model.taints import Taint, untolerated
 from solver.classes import PodClass
+from solver.rules.base import BatchContext, Rule
+from solver.rules.podaffinity import selects_other_class, selects_own
+
+if TYPE_CHECKING:
+    from solver.problem import Problem
+    from solver.rules.counters import NodeCounter
 
 #: weight of one soft topology term (the heaviest a preferred node-affinity term may be)
 SOFT_TOPOLOGY_WEIGHT = 100
@@ -91,3 +99,33 @@ def score_matrices(classes: Sequence[PodClass], nodes: Sequence[tuple[Mapping[st
                 pref[c.index, n] += score(c, labels)
                 first[c.index, n] &= heaviest_term_matches(c, labels)
     return pref, first
+
+
+class Preferences(Rule):
+    """Every soft rule as one score per (class, node) (above): the objective charges the deficits."""
+
+    name = "preferences"
+
+    def score(self, batch: BatchContext, problem: Problem) -> None:
+        classes = problem.classes
+        template_nodes = [(t.labels, t.pool.taints) for t in problem.templates]
+        existing_nodes = [(e.node.labels, list(e.node.taints)) for e in problem.existing]
+        scorer = PreferenceScorer(classes, [taints for _, taints in template_nodes + existing_nodes])
+        problem.template_pref, problem.template_heaviest = score_matrices(classes, template_nodes, scorer)
+        problem.existing_pref, problem.existing_heaviest = score_matrices(classes, existing_nodes, scorer)
+
+    def unmodelled(self, batch: BatchContext, classes: Sequence[PodClass],
+                   counters: Sequence[NodeCounter]) -> list[str]:
+        notes = []
+        for c in classes:
+            pod = c.representative
+            if pod.rule_problem or pod.volume_problem:
+                continue
+            for term in pod.preferred_pod_affinity + pod.preferred_pod_anti_affinity:
+                if term.topology_key == HOSTNAME and selects_own(pod, term):
+                    notes.append(f"{c.name}: preferred pod (anti-)affinity on {HOSTNAME} to its own pods is not "
+                                 "modelled")
+                elif not selects_own(pod, term) and selects_other_class(pod, term, c, classes, batch.namespaces):
+                    notes.append(f"{c.name}: preferred pod (anti-)affinity on {term.topology_key} towards pending "
+                                 "pods of other workloads is not modelled")
+        return notes

@@ -7,13 +7,18 @@ templates, caches the answers (many templates share the labels a class looks at)
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from model.requirements import Requirements
 from model.taints import Taint, untolerated
 from solver.classes import PodClass
+from solver.rules.base import BatchContext, Rule, Why
 from solver.templates import NodeTemplate
+
+if TYPE_CHECKING:
+    from solver.problem import Problem
 
 
 class SelectionRule:
@@ -95,3 +100,39 @@ def explain_requirements(alternatives: Sequence[Requirements], offered: Mapping[
 def explain_taints(pod_class: PodClass, taints: Sequence[Taint]) -> str:
     missing = untolerated(pod_class.tolerations, taints)
     return ", ".join(t.describe() for t in missing)
+
+
+class NodeSelection(Rule):
+    """nodeSelector, required node affinity and taints: which NodePool templates and nodes a class may use."""
+
+    name = "node selection and taints"
+    reads = ("NodePool",)
+
+    def admit(self, batch: BatchContext, problem: Problem) -> None:
+        rule = problem.rule
+        for c in problem.classes:
+            problem.template_ok[c.index] &= rule.admits_all(c, problem.templates)
+            for e, cap in enumerate(problem.existing):
+                if problem.existing_ok[c.index, e]:
+                    problem.existing_ok[c.index, e] = rule.admits(c, cap.node.labels, cap.node.taints)
+
+    def explain(self, why: Why) -> str:
+        problem = why.problem
+        if not problem.pools and not problem.existing:
+            return "no NodePool in the snapshot and no existing node with room"
+        if not problem.templates:
+            return "the NodePools' requirements filter out every instance type in the catalog"
+        if not why.label_ok:
+            offered: dict[str, set[str]] = {}
+            for tmpl in problem.templates:
+                for key, value in tmpl.labels.items():
+                    offered.setdefault(key, set()).add(value)
+            reason = explain_requirements(why.pod_class.requirements, offered)
+            return reason or "no NodePool offers nodes whose labels satisfy the pod's node selector / affinity"
+        if not why.tolerated:
+            pools = sorted({problem.templates[t].pool.name for t in why.label_ok})
+            first = {p: next(t for t in why.label_ok if problem.templates[t].pool.name == p) for p in pools}
+            taints = "; ".join(f"{p}: {explain_taints(why.pod_class, problem.templates[first[p]].pool.taints)}"
+                               for p in pools)
+            return f"does not tolerate the taints of the NodePools that match it ({taints})"
+        return ""

@@ -44,6 +44,10 @@ from model.labels import HOSTNAME, ZONE
 from model.pod import Pod, PreferredTerm
 from model.requirements import Requirement, Requirements
 from model.taints import Taint, untolerated
+from solver.classes import PodClass
+from solver.rules.base import BatchContext, Rule
+from solver.rules.counters import NodeCounter
+from solver.rules.podaffinity import confined, selects_other_class, selects_own
 from solver.rules.preferences import SOFT_TOPOLOGY_WEIGHT
 
 Kind = Literal["topology spread", "pod anti-affinity", "pod affinity"]
@@ -355,3 +359,41 @@ def apply(pods: Sequence[Pod], plan: DomainPlan) -> list[Pod]:
                 for key, value in plan.soft[pod.key])
         out.append(pod.model_copy(update=update) if update else pod)
     return out
+
+
+class DomainRules(Rule):
+    """Topology spread and pod (anti-)affinity on every key but the hostname, as domain pins (above)."""
+
+    name = "topology spread and pod (anti-)affinity on zones and other domains"
+    reads = ("Namespace",)
+
+    def constrain(self, batch: BatchContext, pods: list[Pod]) -> list[Pod]:
+        if not any(p.topology_spread or p.pod_affinity or p.pod_anti_affinity or p.preferred_pod_affinity
+                   or p.preferred_pod_anti_affinity for p in pods):
+            return pods
+        submitted = [batch.submitted.get(p.key, p) for p in pods]
+        blocked = {p.key for p in pods if p.rule_problem or p.volume_problem}
+        return apply(pods, plan_domains(submitted, batch.placed, batch.nodes(), blocked, pods))
+
+    def unmodelled(self, batch: BatchContext, classes: Sequence[PodClass],
+                   counters: Sequence[NodeCounter]) -> list[str]:
+        notes = []
+        for c in classes:
+            pod = c.representative
+            if pod.rule_problem or pod.volume_problem:
+                continue  # unschedulable with a reason: nothing of it lands
+            for term in pod.pod_anti_affinity:
+                if term.topology_key != HOSTNAME and not selects_own(pod, term) and selects_other_class(
+                        pod, term, c, classes, batch.namespaces):
+                    notes.append(f"{c.name}: required pod anti-affinity on {term.topology_key} towards pending "
+                                 "pods of other workloads is not modelled")
+            for term in pod.pod_affinity:
+                if term.topology_key != HOSTNAME and not selects_own(pod, term) and not confined(
+                        pod, term.topology_key):
+                    notes.append(f"{c.name}: required pod affinity on {term.topology_key} to pending pods of other "
+                                 "workloads (none running) is not modelled")
+            hard = [r for r in domain_rules(pod) if r.hard]
+            if len(hard) > 1:
+                notes.append(f"{c.name}: only its first hard topology rule ({hard[0].describe()}) pins it; "
+                             + "; ".join(r.describe() for r in hard[1:]) + " not modelled")
+        return notes

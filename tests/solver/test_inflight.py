@@ -13,10 +13,10 @@ import pytest
 from typer.testing import CliRunner
 
 from controller.cli import app
+from model.inflight import node_views
 from model.plan import ProvisioningPlan
 from model.snapshot import Snapshot, load_snapshot
 from providers.kwok import kwok_catalog
-from solver.inflight import node_views
 from solver.provision import SolveOptions, solve
 from solver.verify import verify
 

@@ -5,7 +5,8 @@ counts it as capacity (its instance type's allocatable, its labels and taints) s
 second node for pods it already covers. Pods bound to its node name in the snapshot are already placed there.
 A Node that joined but whose NodeClaim is not initialized yet is the same in-flight capacity: its
 ``karpenter.sh/unregistered`` and startup taints are about to go and it may not report Ready yet.
-The solver's existing capacity and the verifier both read nodes through ``node_views``.
+The solver's existing capacity and the verifier both read nodes through ``node_views`` (Karpenter's reading of
+in-flight capacity: a model predicate, so the verifier shares it without sharing solver code).
 """
 
 from __future__ import annotations
