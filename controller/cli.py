@@ -39,6 +39,7 @@ from solver.disruption.verify import verify_disruption
 from solver.provision import SolveOptions, solve
 from solver.rules.preferences import PreferencePolicy
 from solver.verify import verify
+from solver.verify.replay import replay
 
 app = typer.Typer(help="Kubernetes node provisioning decided by an exact CP-SAT model.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -207,11 +208,15 @@ def verify_cmd(
                                             "(RFC 3339; default now).")] = None,
     spot_to_spot: Annotated[bool, typer.Option("--spot-to-spot", help="For a DisruptionPlan: spot-to-spot was "
                                                "allowed.")] = False,
+    replay_orders: Annotated[int, typer.Option("--replay", min=0, help="For a ProvisioningPlan: also bind its pods "
+                                               "one at a time as the kube-scheduler would, in the planned order and "
+                                               "N random ones; exit 1 if an order strands a pod.")] = 0,
+    replay_seed: Annotated[int, typer.Option("--replay-seed", help="Seed of the random bind orders.")] = 0,
 ) -> None:
     """Check a plan (ProvisioningPlan or DisruptionPlan) against a snapshot independently of the solver;
     exit 1 listing each violation.
 
-    Example: nodeplan verify fixtures/snapshots/example.yaml plan.json
+    Example: nodeplan verify fixtures/snapshots/example.yaml plan.json --replay 20
     """
     try:
         snap = _load(snapshot, catalog)
@@ -236,10 +241,17 @@ def verify_cmd(
         violations = verify(snap, parsed)
     for line in violations:
         typer.echo(line)
+    replayed = replay(snap, parsed, orders=replay_orders, seed=replay_seed) \
+        if replay_orders and isinstance(parsed, ProvisioningPlan) else None
+    for line in replayed.summary() if replayed else ():
+        typer.echo(line)
     if violations:
         stderr.print(f"{len(violations)} violation(s)")
+    if replayed and not replayed.ok:
+        stderr.print(f"{replayed.orders_stranding} of {replayed.orders_tried} bind orders strand a pod")
+    if violations or (replayed and not replayed.ok):
         raise typer.Exit(1)
-    stderr.print("plan is valid")
+    stderr.print("plan is valid" + (f" in all {replayed.orders_tried} bind orders tried" if replayed else ""))
 
 
 app.command("diff")(diff_cmd)

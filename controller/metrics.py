@@ -155,6 +155,9 @@ class Metrics:
         self.plan_lower_bound = Gauge(f"{OWN}plan_lower_bound_dollars_per_hour",
                                       "Certified lower bound on the last batch's cost", registry=r)
         self.batches = Counter(f"{OWN}batches", "Batches solved, by solver status", ["status"], registry=r)
+        self.plan_rejected_pods = Counter(f"{OWN}plan_rejected_pods",
+                                          "Pods the plan gate left pending because the verifier rejected their "
+                                          "placement", registry=r)
         self.events = Counter(f"{OWN}events", "Kubernetes Events recorded (before deduplication)",
                               ["type", "reason"], registry=r)
         self.leader = Gauge(f"{OWN}leader", "1 while this replica holds the leader-election Lease", registry=r)

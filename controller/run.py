@@ -315,6 +315,7 @@ class Controller:
         cannot go anywhere."""
         plan = record.plan
         self.metrics.batches.labels(plan.solver.status).inc()
+        self.metrics.plan_rejected_pods.inc(plan.solver.rejected_pods)
         self.metrics.unschedulable.labels(CONTROLLER).set(len(plan.unschedulable))
         self.metrics.plan_cost.set(plan.cost.total)
         self.metrics.plan_lower_bound.set(plan.cost.lower_bound)

@@ -47,8 +47,15 @@ class SolverReport(ApiModel):
     templates: int = 0
     patterns: int = 0
     bound_method: str = ""
+    #: what OPTIMAL was proven for: "kubernetes", or "conservative model" when some rule's encoding is
+    #: stricter than Kubernetes (the status is then FEASIBLE and ``conservative`` says where)
+    optimality: str | None = None
+    conservative: list[str] = []
+    #: pods the plan gate took out because the verifier rejected where they were placed
+    rejected_pods: int = 0
     greedy_seconds: float = 0.0
     stages: dict[str, float] = {}
+    #: each distinct note once; a repeated one ends with ``(×N)``
     notes: list[str] = []
 
 

@@ -6,7 +6,7 @@ structure, so a rule's verdict on a (class, node) pair is computed once, here.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,7 +17,7 @@ from model.pod import Pod
 from model.resources import CPU, MEMORY, PODS, Resources
 from model.snapshot import Snapshot
 from solver.classes import PodClass, build_classes, selector_label_keys
-from solver.rules.base import BatchContext
+from solver.rules.base import BatchContext, Rule
 from solver.rules.counters import NodeCounter
 from solver.rules.daemonsets import missing_daemon_overhead
 from solver.rules.registry import RULES
@@ -112,7 +112,7 @@ def existing_capacity(snapshot: Snapshot) -> list[ExistingCapacity]:
     return out
 
 
-def compile_problem(snapshot: Snapshot, pods: list[Pod] | None = None) -> Problem:
+def compile_problem(snapshot: Snapshot, pods: list[Pod] | None = None, rules: Sequence[Rule] = RULES) -> Problem:
     """Compile the batch by running every registered rule family (``solver.rules.registry.RULES``) phase by phase:
     constrain the pods, bundle them, build classes and counters, admit, score, then collect notes."""
     pending = snapshot.pending_pods() if pods is None else pods
@@ -120,20 +120,20 @@ def compile_problem(snapshot: Snapshot, pods: list[Pod] | None = None) -> Proble
     templates = build_templates(snapshot, build_classes(pending, label_keys))
     batch = BatchContext(snapshot=snapshot, templates=templates, existing=existing_capacity(snapshot),
                          submitted={p.key: p for p in pending})
-    for rule in RULES:
+    for rule in rules:
         pending = rule.constrain(batch, pending)
     bundles: dict[str, Hashable] = {}
-    for rule in RULES:
+    for rule in rules:
         bundles.update(rule.bundles(batch, pending))
     classes = build_classes(pending, label_keys, lambda pod: bundles.get(pod.key))
-    counters = [counter for rule in RULES for counter in rule.counters(batch, classes)]
+    counters = [counter for rule in rules for counter in rule.counters(batch, classes)]
     problem = _matrices(batch, classes, counters)
-    for rule in RULES:
+    for rule in rules:
         rule.admit(batch, problem)
-    for rule in RULES:
+    for rule in rules:
         rule.score(batch, problem)
-    problem.unmodelled = [note for rule in RULES for note in rule.unmodelled(batch, classes, counters)]
-    problem.conservative = [note for rule in RULES for note in rule.conservative(batch, classes, counters)]
+    problem.unmodelled = [note for rule in rules for note in rule.unmodelled(batch, classes, counters)]
+    problem.conservative = [note for rule in rules for note in rule.conservative(batch, classes, counters)]
     return problem
 
 

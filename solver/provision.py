@@ -18,6 +18,7 @@ The best plan found (lexicographically: pods scheduled, NodePool weight honoured
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from solver.colgen import ColumnGenerationResult, Objective, column_generation
 from solver.decode import decode, shrink
 from solver.dive import dive
 from solver.explain import explain
+from solver.gate import gate
 from solver.greedy import finish_greedily, greedy_placement
 from solver.master import solve_master
 from solver.merge import merge_classes
@@ -50,6 +52,7 @@ from solver.placement import Placement
 from solver.problem import Problem, compile_problem
 from solver.proof import prove, slot_bounds
 from solver.rules.preferences import PreferencePolicy
+from solver.rules.registry import RULES
 
 #: seconds per pod held back from the time limit for decoding and writing the plan
 RESERVE_PER_POD = 1e-4
@@ -200,7 +203,203 @@ def lower_bound(problem: Problem, bins: list[Bin], placement: Placement, deadlin
     return max(result.lower_bound, 0.0), result.converged
 
 
+@dataclass
+class _Run:
+    """One solve: the compiled batch, what every stage reads, and the best plan so far. Stages are
+    methods that read and improve it; ``certify`` alone decides the status and the reported bound."""
+
+    problem: Problem
+    options: SolveOptions
+    started: float
+    deadline: float
+    stats: _Stats
+    greedy: Placement
+    bins: list[Bin] = field(default_factory=list)
+    objective: Objective | None = None
+    demand: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    limits: dict[tuple[int, str], int] = field(default_factory=dict)
+    greedy_patterns: dict[Pattern, int] = field(default_factory=dict)
+    cg: ColumnGenerationResult | None = None
+    #: the certified lower bound so far (micro-units)
+    bound: float = 0.0
+    best: Placement | None = None
+    #: the stage the best plan comes from ("greedy", "dive", "proof", "master")
+    source: str = "greedy"
+    #: a stage proved the best plan optimal (for the compiled model)
+    proven: bool = False
+    #: the best plan before the master (its hint)
+    warm: Placement | None = None
+
+    @property
+    def placement(self) -> Placement:
+        return self.best if self.best is not None else self.greedy
+
+    def score(self, placement: Placement) -> tuple[int, int]:
+        assert self.objective is not None
+        return _score(self.problem, self.objective, placement)
+
+    def offer(self, placement: Placement | None, source: str) -> bool:
+        """Keep ``placement`` if it beats the best plan so far; a better plan is no longer proven."""
+        if placement is None or self.score(placement) >= self.score(self.placement):
+            return False
+        self.best, self.source, self.proven = placement, source, False
+        return True
+
+    def time_left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def progress(self, stage: str) -> None:
+        _report(self.options, stage, self.problem, self.placement, self.bound)
+
+    @property
+    def all_placeable_scheduled(self) -> bool:
+        return _all_placeable_scheduled(self.problem, self.demand, self.placement)
+
+    @property
+    def pure_cost(self) -> bool:
+        """Is the objective cost alone (no NodePool-weight or preference penalties)?"""
+        return self.objective is not None and not self.objective.has_penalties
+
+    # stages -------------------------------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        with self.stats.stage("bins"):
+            self.bins = build_bins(self.problem)
+            self.objective = _objective(self.problem, self.bins, self.options)
+            self.greedy_patterns = _patterns_of(self.problem, self.bins, self.greedy)
+            self.limits = _limits(self.problem)
+            self.demand = placeable_demand(self.problem, self.bins)
+        self.stats.bins = len(self.bins)
+
+    def cheap_bound(self) -> None:
+        """Only time for the greedy plan: the resource-share dual bound stands in."""
+        self.stats.notes.append("time limit reached after greedy; the greedy plan is returned")
+        if self.pure_cost and self.all_placeable_scheduled:
+            with self.stats.stage("bound"):
+                self.bound = share_bound(self.bins, self.problem.sizes, self.demand)
+            self.stats.bound_method = "resource-share dual bound"
+
+    def column_generation(self) -> None:
+        assert self.objective is not None
+        with self.stats.stage("colgen"):
+            now = time.monotonic()
+            self.cg = column_generation(self.bins, self.problem.sizes, self.demand, self.objective, self.limits,
+                                        list(self.greedy_patterns), now + (self.deadline - now)
+                                        * self.options.colgen_share, workers=self.options.workers)
+        self.stats.patterns = len(self.cg.patterns)
+        self.bound = self.cg.lower_bound if np.isfinite(self.cg.lower_bound) else 0.0
+        if not self.cg.converged and self.pure_cost:
+            with self.stats.stage("bound"):  # column generation stopped early: the cheap dual bound may beat it
+                share = share_bound(self.bins, self.problem.sizes, self.demand, self.deadline)
+            self.stats.share_bound = share > self.bound
+            self.bound = max(self.bound, share)
+        self.progress("column generation")
+
+    def dive(self) -> None:
+        assert self.cg is not None
+        with self.stats.stage("dive"):
+            self.offer(_dive(self.problem, self.bins, self.cg, self.demand, self.limits, self.options,
+                             self.deadline, self.stats), "dive")
+        self.warm = self.placement
+        self.progress("dive")
+
+    def proof(self) -> None:
+        """Small batches: prove the plan optimal over reduced-cost-filtered slots, or beat it."""
+        assert self.cg is not None and self.objective is not None
+        if not (self.pure_cost and self.cg.reduced_cost_floor and self.all_placeable_scheduled):
+            return
+        cost = self.placement.cost_micros(self.problem)
+        slots = sum(slot_bounds(self.bins, self.problem.sizes, self.demand, self.cg.reduced_cost_floor,
+                                cost - self.cg.floor_lp_value, cost).values())
+        if slots > self.options.max_proof_slots:
+            return
+        with self.stats.stage("proof"):
+            proof = prove(self.bins, self.problem.sizes, self.demand, self.limits, self.cg.reduced_cost_floor,
+                          self.cg.floor_lp_value, max(self.cg.lower_bound, 0.0), cost,
+                          time_limit=self.time_left(), seed=self.options.seed, workers=self.options.workers,
+                          deterministic=self.options.deterministic, max_slots=self.options.max_proof_slots)
+        self.stats.notes.append(f"optimality proof: {proof.status} over {proof.slots} node slots")
+        if proof.improved:
+            self.offer(decode(self.problem, self.bins, proof.improved), "proof")
+        self.proven = self.proven or proof.proven
+        self.progress("proof")
+
+    def master(self) -> None:
+        """CP-SAT over every generated pattern, warm-started, with whatever time is left."""
+        assert self.cg is not None and self.objective is not None
+        if self.proven:
+            return
+        if not _master_fits(self.problem, self.cg):
+            self.stats.notes.append(f"pattern master skipped: {len(self.cg.patterns)} patterns × "
+                                    f"{len(self.problem.classes)} classes")
+            return
+        if self.time_left() <= 0.2:
+            return
+        with self.stats.stage("master"):
+            warm = self.warm or self.placement
+            hint = self.greedy_patterns if warm is self.greedy else _patterns_of(self.problem, self.bins, warm)
+            result = solve_master(self.bins, self.cg.patterns, self.demand, self.objective, self.limits, hint,
+                                  time_limit=self.time_left() * 0.9, seed=self.options.seed,
+                                  workers=self.options.workers, deterministic=self.options.deterministic,
+                                  lower_bound=self.bound, gap=self.options.gap)
+        if result is None:
+            self.stats.notes.append("the pattern master found no plan in time")
+            return
+        self.offer(decode(self.problem, self.bins, result.chosen), "master")
+        if result.status == "OPTIMAL" and result.objective <= self.bound + 0.5:
+            self.proven = True
+
+    # the one place a status is decided ---------------------------------------------------------------
+
+    def certify(self) -> tuple[str, float]:
+        """(status, reported lower bound in micro-units). OPTIMAL needs a proof (a stage's, or the plan
+        meeting the certified bound); it is a statement about the compiled model, so where a family's
+        encoding is stricter than Kubernetes (``problem.conservative``) the status is FEASIBLE with
+        ``optimality: conservative model`` and the bound comes from a relaxation that keeps only exact
+        families (``_relaxed_bound``)."""
+        placement, stats = self.placement, self.stats
+        if placement is self.greedy and self.cg is not None:
+            stats.notes.append("no CP-SAT plan beat greedy; the greedy plan is returned")
+        cost = placement.cost_micros(self.problem)
+        if self.cg is None:
+            status = "GREEDY"
+        else:
+            meets_bound = self.pure_cost and self.all_placeable_scheduled and cost <= self.bound + 0.5
+            status = "OPTIMAL" if self.proven or meets_bound else ("GREEDY" if self.best is None else "FEASIBLE")
+        if status == "OPTIMAL":
+            stats.bound_method = "proven optimal (CP-SAT over reduced-cost-filtered slots)"
+            reported = float(cost)
+        elif self.cg is None:
+            reported = self.bound
+        elif self.pure_cost and self.all_placeable_scheduled:
+            stats.bound_method = ("resource-share dual bound (column generation did not converge)"
+                                  if stats.share_bound else "column generation LP"
+                                  + ("" if self.cg.converged else " (Lagrangian, not converged)"))
+            reported = self.bound
+        else:
+            with stats.stage("bound"):
+                reported, _ = lower_bound(self.problem, self.bins, placement,
+                                          max(self.deadline, time.monotonic() + 1.0), self.cg.patterns)
+            stats.bound_method = "column generation LP over the pods this plan schedules"
+        if self.cg is not None and self.cg.converged and self.pure_cost and self.all_placeable_scheduled \
+                and self.cg.lp_value <= cost + 0.5:
+            stats.lp_bound = self.cg.lp_value  # $/h only: an LP that pays for unscheduled slack is no cost
+        if self.problem.conservative:
+            if status == "OPTIMAL":
+                status, stats.optimality = "FEASIBLE", "conservative model"
+            with stats.stage("relaxed bound"):
+                left_out = {p.key for p in placement.unschedulable}
+                relaxed = relaxed_bound(self.problem.snapshot, {p.key for p in self.problem.snapshot.pending_pods()
+                                                                if p.key not in left_out})
+            stats.bound_method = "resource-share bound on a relaxation of the families stricter than Kubernetes"
+            reported, stats.lp_bound = min(reported, relaxed), None
+        elif status == "OPTIMAL":
+            stats.optimality = "kubernetes"
+        return status, reported
+
+
 def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResult:
+    """The cheapest plan the stages find in the time limit, certified (``_Run.certify``)."""
     options = options or SolveOptions()
     started = options.started_at if options.started_at is not None else time.monotonic()
     # keep a little time back for decoding, the bound and the plan itself (more for more pods)
@@ -216,95 +415,27 @@ def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResul
     stats.greedy_seconds = stats.stages["greedy"]
     if not problem.classes:
         return _result(problem, greedy, greedy, 0.0, "EMPTY", started, options, stats)
-    with stats.stage("bins"):
-        bins = build_bins(problem)
-        objective = _objective(problem, bins, options)
-        greedy_patterns = _patterns_of(problem, bins, greedy)
-        limits = _limits(problem)
-        demand = placeable_demand(problem, bins)
-    stats.bins = len(bins)
-    if time.monotonic() >= deadline:  # anytime: compiling and greedy used the time up
-        return _greedy_only(problem, bins, demand, objective, greedy, started, options, stats)
-    with stats.stage("colgen"):
-        now = time.monotonic()
-        cg = column_generation(bins, problem.sizes, demand, objective, limits, list(greedy_patterns),
-                               now + (deadline - now) * options.colgen_share, workers=options.workers)
-    stats.patterns = len(cg.patterns)
-    bound = cg.lower_bound if np.isfinite(cg.lower_bound) else 0.0
-    if not cg.converged and not objective.has_penalties:
-        with stats.stage("bound"):  # column generation stopped early: the cheap dual-feasible bound may beat it
-            share = share_bound(bins, problem.sizes, demand, deadline)
-        stats.share_bound = share > bound
-        bound = max(bound, share)
-    greedy_score = _score(problem, objective, greedy)
-    placement, status = greedy, "GREEDY"
-    _report(options, "column generation", problem, greedy, bound)
-    with stats.stage("dive"):
-        rounded = _dive(problem, bins, cg, demand, limits, options, deadline, stats)
-    if rounded is not None and _score(problem, objective, rounded) < greedy_score:
-        placement, status = rounded, "FEASIBLE"
-    warm = placement  # the master's hint (its patterns are only worked out if the master runs)
-    _report(options, "dive", problem, placement, bound)
-    provable = not objective.has_penalties and bool(cg.reduced_cost_floor)
-    if provable and _all_placeable_scheduled(problem, demand, placement):
-        cost = placement.cost_micros(problem)
-        slots = sum(slot_bounds(bins, problem.sizes, demand, cg.reduced_cost_floor, cost - cg.floor_lp_value,
-                                cost).values())
-        if slots <= options.max_proof_slots:
-            with stats.stage("proof"):
-                outcome = _try_proof(problem, bins, demand, limits, cg, objective, options, deadline, placement,
-                                 status, stats)
-            placement, status = outcome if isinstance(outcome, tuple) else (placement, outcome)
-    _report(options, "proof" if "proof" in stats.stages else "dive", problem, placement, bound)
-    if status != "OPTIMAL" and not _master_fits(problem, cg):
-        stats.notes.append(f"pattern master skipped: {len(cg.patterns)} patterns × {len(problem.classes)} classes")
-    elif status != "OPTIMAL" and deadline - time.monotonic() > 0.2:
-        with stats.stage("master"):
-            hint = greedy_patterns if warm is greedy else _patterns_of(problem, bins, warm)
-            master = solve_master(bins, cg.patterns, demand, objective, limits, hint,
-                                  time_limit=(deadline - time.monotonic()) * 0.9, seed=options.seed,
-                                  workers=options.workers, deterministic=options.deterministic,
-                                  lower_bound=bound, gap=options.gap)
-        if master is None:
-            stats.notes.append("the pattern master found no plan in time")
-        else:
-            candidate = decode(problem, bins, master.chosen)
-            if _score(problem, objective, candidate) < _score(problem, objective, placement):
-                placement, status = candidate, "FEASIBLE"
-            if master.status == "OPTIMAL" and master.objective <= bound + 0.5:
-                status = "OPTIMAL"
-    if status != "OPTIMAL" and not objective.has_penalties and _all_placeable_scheduled(problem, demand, placement) \
-            and placement.cost_micros(problem) <= bound + 0.5:
-        status = "OPTIMAL"  # the plan meets the lower bound, whichever stage found it
-    if placement is greedy:
-        stats.notes.append("no CP-SAT plan beat greedy; the greedy plan is returned")
-    cost = placement.cost_micros(problem)
-    if status == "OPTIMAL":
-        stats.bound_method = "proven optimal (CP-SAT over reduced-cost-filtered slots)"
-        reported = float(cost)
-    elif not objective.has_penalties and _all_placeable_scheduled(problem, demand, placement):
-        stats.bound_method = ("resource-share dual bound (column generation did not converge)" if stats.share_bound
-                              else "column generation LP" + ("" if cg.converged else " (Lagrangian, not converged)"))
-        reported = bound
+    run = _Run(problem=problem, options=options, started=started, deadline=deadline, stats=stats, greedy=greedy)
+    run.prepare()
+    if run.time_left() <= 0:  # anytime: compiling and greedy used the time up
+        run.cheap_bound()
     else:
-        with stats.stage("bound"):
-            reported, _ = lower_bound(problem, bins, placement, max(deadline, time.monotonic() + 1.0),
-                                      cg.patterns)
-        stats.bound_method = "column generation LP over the pods this plan schedules"
-    stats.lp_bound = cg.lp_value if cg.converged and not objective.has_penalties else None
-    return _result(problem, placement, greedy, reported, status, started, options, stats)
+        run.column_generation()
+        run.dive()
+        run.proof()
+        run.master()
+    status, bound = run.certify()
+    return _result(problem, run.placement, greedy, bound, status, started, options, stats)
 
 
-def _greedy_only(problem: Problem, bins: list[Bin], demand: np.ndarray, objective: Objective, greedy: Placement,
-                 started: float, options: SolveOptions, stats: _Stats) -> SolveResult:
-    """The greedy plan with the cheap dual-feasible bound, when no time is left for anything else."""
-    stats.notes.append("time limit reached after greedy; the greedy plan is returned")
-    bound = 0.0
-    if not objective.has_penalties and _all_placeable_scheduled(problem, demand, greedy):
-        with stats.stage("bound"):
-            bound = share_bound(bins, problem.sizes, demand)
-        stats.bound_method = "resource-share dual bound"
-    return _result(problem, greedy, greedy, bound, "GREEDY", started, options, stats)
+def relaxed_bound(snapshot: Snapshot, scheduled: set[str]) -> float:
+    """A lower bound (micro-units) that holds under Kubernetes' own rules: the resource-share bound over
+    the ``scheduled`` pending pods, compiled with the exact families only (``Rule.relaxable`` ones dropped,
+    which can only make the optimum cheaper)."""
+    pods = [p for p in snapshot.pending_pods() if p.key in scheduled]
+    relaxed = compile_problem(snapshot, pods, rules=[r for r in RULES if not r.relaxable])
+    bins = build_bins(relaxed)
+    return share_bound(bins, relaxed.sizes, relaxed.demand) if bins else 0.0
 
 
 def _dive(problem: Problem, bins: list[Bin], cg: ColumnGenerationResult, demand: np.ndarray,
@@ -350,25 +481,6 @@ def _unplaceable_pods(problem: Problem, demand: np.ndarray) -> int:
     return int((problem.demand - demand) @ np.array([c.unit for c in problem.classes], dtype=np.int64))
 
 
-def _try_proof(problem: Problem, bins: list[Bin], demand: np.ndarray, limits: dict[tuple[int, str], int],
-               cg: ColumnGenerationResult, objective: Objective, options: SolveOptions, deadline: float,
-               placement: Placement, status: str, stats: _Stats) -> str | tuple[Placement, str]:
-    """Prove the plan optimal, or replace it with the better plan the proof finds."""
-    if not _all_placeable_scheduled(problem, demand, placement):
-        return status
-    cost = placement.cost_micros(problem)
-    bound = max(cg.lower_bound, 0.0)
-    proof = prove(bins, problem.sizes, demand, limits, cg.reduced_cost_floor, cg.floor_lp_value, bound, cost,
-                  time_limit=deadline - time.monotonic(), seed=options.seed, workers=options.workers,
-                  deterministic=options.deterministic, max_slots=options.max_proof_slots)
-    stats.notes.append(f"optimality proof: {proof.status} over {proof.slots} node slots")
-    if proof.improved:
-        better = decode(problem, bins, proof.improved)
-        if _score(problem, objective, better) < _score(problem, objective, placement):
-            return better, "OPTIMAL" if proof.proven else "FEASIBLE"
-    return "OPTIMAL" if proof.proven else status
-
-
 @dataclass
 class _Stats:
     stages: dict[str, float] = field(default_factory=dict)
@@ -381,6 +493,9 @@ class _Stats:
     #: the problem before ``merge_classes``: explanations name the rules of each pod's own class
     compiled: Problem | None = None
     lp_bound: float | None = None
+    #: what an OPTIMAL status is a statement about: "kubernetes", or "conservative model" when a family's
+    #: encoding is stricter than Kubernetes (the status is then FEASIBLE)
+    optimality: str | None = None
     notes: list[str] = field(default_factory=list)
 
     @contextmanager
@@ -394,7 +509,26 @@ class _Stats:
 
 def _result(problem: Problem, placement: Placement, greedy: Placement, bound: float, status: str,
             started: float, options: SolveOptions, stats: _Stats) -> SolveResult:
+    """The plan, through the gate: what the verifier rejects is left pending (``solver.gate``), and a
+    plan the gate changed gets a bound recomputed for the pods it still schedules."""
     plan = to_plan(problem, placement, greedy, bound, status, started, options, stats)
+    with stats.stage("verify"):
+        outcome = gate(problem.snapshot, plan)
+    if outcome.changed:
+        with stats.stage("relaxed bound"):
+            scheduled = {k for c in outcome.plan.node_claims for k in c.pods} | {
+                k for e in outcome.plan.existing_nodes for k in e.pods}
+            relaxed = relaxed_bound(problem.snapshot, scheduled) / MICRO
+        cost = outcome.plan.cost
+        bound = min(relaxed, cost.total)
+        plan = outcome.plan.model_copy(update={
+            "cost": cost.model_copy(update={"lower_bound": round(bound, 6), "gap": round(
+                cost.total / bound - 1, 6) if bound > 0 else (0.0 if cost.total == 0 else None)}),
+            "solver": outcome.plan.solver.model_copy(update={
+                "bound_method": "resource-share bound over the pods the gated plan schedules (exact families only)",
+                "notes": distinct(outcome.plan.solver.notes + outcome.notes()), "stages": stats.stages})})
+    else:
+        plan = plan.model_copy(update={"solver": plan.solver.model_copy(update={"stages": stats.stages})})
     return SolveResult(plan=plan, placement=placement, greedy=greedy, problem=problem)
 
 
@@ -460,9 +594,16 @@ def to_plan(problem: Problem, placement: Placement, greedy: Placement, bound_mic
         cost=PlanCost(total=round(total, 6), lower_bound=round(bound, 6),
                       gap=round(total / bound - 1, 6) if bound > 0 else (0.0 if total == 0 else None),
                       greedy=round(greedy_cost, 6),
-                      lp_bound=round(stats.lp_bound / MICRO, 6) if stats.lp_bound is not None else None),
+                      lp_bound=round(min(stats.lp_bound / MICRO, total), 6) if stats.lp_bound is not None else None),
         solver=SolverReport(status=status, wall_seconds=round(time.monotonic() - started, 3), seed=options.seed,
                             time_limit_seconds=options.time_limit, pod_classes=len(problem.classes),
                             templates=stats.bins, patterns=stats.patterns, bound_method=stats.bound_method,
+                            optimality=stats.optimality, conservative=distinct(problem.conservative),
                             greedy_seconds=round(stats.greedy_seconds, 3), stages=stats.stages,
-                            notes=stats.notes))
+                            notes=distinct(stats.notes)))
+
+
+def distinct(notes: list[str]) -> list[str]:
+    """Each distinct note once, in first-seen order; a repeated one ends with ``(×N)``."""
+    counts = Counter(notes)
+    return [note if counts[note] == 1 else f"{note} (×{counts[note]})" for note in dict.fromkeys(notes)]

@@ -19,6 +19,7 @@ from model.errors import InputError
 from model.snapshot import Snapshot
 from solver.disruption.candidates import ClusterState, analyse, eviction_cost
 from solver.disruption.consolidate import ConsolidateOptions, Outcome, plan_consolidation
+from solver.disruption.verify import verify_disruption
 from solver.provision import planned_claims
 
 
@@ -110,4 +111,16 @@ def consolidate(snapshot: Snapshot, options: ConsolidateOptions | None = None) -
             objective_bound=round(outcome.objective_bound, 6) if outcome.objective_bound is not None else None,
             candidates=len(state.candidates), pod_classes=len(outcome.problem.classes), patterns=outcome.patterns,
             stages=stages, notes=notes + outcome.notes))
+    t0 = time.monotonic()
+    rejected = verify_disruption(snapshot, plan, now, spot_to_spot=options.spot_to_spot)
+    stages["verify"] = round(time.monotonic() - t0, 3)
+    if rejected:  # the gate: a plan the independent verifier rejects is never returned, so nothing moves
+        notes.append(f"plan gate: the disruption plan failed verification ({len(rejected)} violation(s), first: "
+                     f"{rejected[0]}); nothing is disrupted")
+        plan = DisruptionPlan(
+            cost=DisruptionCost(before=round(before, 6), after=round(before, 6), savings=0.0),
+            disruption=Disruption(evictions=0, cost=0.0), budgets=_budget_use(state, None),
+            solver=DisruptionSolverReport(status="NOTHING_TO_DO", wall_seconds=round(time.monotonic() - started, 3),
+                                          stages=stages, notes=notes))
+        return ConsolidationResult(plan=plan, state=state, outcome=None)
     return ConsolidationResult(plan=plan, state=state, outcome=outcome)

@@ -13,7 +13,7 @@ from model.labels import HOSTNAME
 from model.pod import Pod
 from solver.classes import PodClass
 from solver.rules.base import BatchContext, Rule, Why
-from solver.rules.counters import NodeCounter, anti_affinity_counters, separates
+from solver.rules.counters import NodeCounter, anti_affinity_counters, conservative, separates
 from solver.rules.podaffinity import confined, selects_own
 
 if TYPE_CHECKING:
@@ -116,6 +116,7 @@ class HostnameAffinity(Rule):
 
     name = f"pod affinity on {HOSTNAME}"
     reads = ("Namespace",)
+    relaxable = True
 
     def bundles(self, batch: BatchContext, pods: Sequence[Pod]) -> Mapping[str, Hashable]:
         return host_affinity_bundles(pods, batch.running, batch.namespaces)
@@ -139,6 +140,12 @@ class HostnameAffinity(Rule):
                     "group on one node, and no instance type the NodePools allow holds them all")
         return ""
 
+    def conservative(self, batch: BatchContext, classes: Sequence[PodClass],
+                     counters: Sequence[NodeCounter]) -> list[str]:
+        bundled = [c.name for c in classes if c.bundle]
+        return [f"{name}: its self-affine group shares one new node (Kubernetes needs only a matching pod on "
+                "each pod's node)" for name in bundled]
+
     def unmodelled(self, batch: BatchContext, classes: Sequence[PodClass],
                    counters: Sequence[NodeCounter]) -> list[str]:
         return [f"{c.name}: required pod affinity on {HOSTNAME} to pending pods of other workloads (none running) "
@@ -153,6 +160,7 @@ class HostnameAntiAffinity(Rule):
 
     name = f"pod anti-affinity on {HOSTNAME}"
     reads = ("Namespace",)
+    relaxable = True
     counter_names = {"repel": f"required pod anti-affinity on {HOSTNAME}",
                      "repel-other": f"required pod anti-affinity between workloads on {HOSTNAME}"}
 
@@ -172,3 +180,10 @@ class HostnameAntiAffinity(Rule):
     def unmodelled(self, batch: BatchContext, classes: Sequence[PodClass],
                    counters: Sequence[NodeCounter]) -> list[str]:
         return unmodelled_pairs([c for c in classes if not _settled(c)], batch.namespaces, counters)
+
+    def conservative(self, batch: BatchContext, classes: Sequence[PodClass],
+                     counters: Sequence[NodeCounter]) -> list[str]:
+        """Counters that also keep apart pods Kubernetes lets share a node (``counters.conservative``): a
+        cross-class counter keeps the smaller side's pods apart from each other too; self-matching terms'
+        counters are exact."""
+        return conservative(classes, [c for c in counters if c.name.split(":", 1)[0] in ("repel", "repel-other")])

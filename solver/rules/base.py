@@ -76,7 +76,7 @@ class BatchContext:
         from solver.rules.podaffinity import running_pods
         return running_pods(self.snapshot.pods, [v.node for v in node_views(self.snapshot)])
 
-    def nodes(self) -> list[tuple[Mapping[str, str], Sequence[Taint]]]:
+    def nodes(self) -> Sequence[tuple[Mapping[str, str], Sequence[Taint]]]:
         """(labels, taints) of every node the plan could use: templates, then existing nodes."""
         return ([(t.labels, t.pool.taints) for t in self.templates]
                 + [(e.node.labels, list(e.node.taints)) for e in self.existing])
@@ -139,6 +139,9 @@ class Rule:
     reads: ClassVar[tuple[str, ...]] = ()
     #: counter axis prefix → the rule as a person names it (``explain`` lists per-node caps with it)
     counter_names: ClassVar[Mapping[str, str]] = {}
+    #: may a lower bound drop the family? (pod-to-pod rules may: fewer rules can only make plans cheaper;
+    #: node selection, resources and volumes stay, or the bound would be for pods that cannot run there)
+    relaxable: ClassVar[bool] = False
 
     def constrain(self, batch: BatchContext, pods: list[Pod]) -> list[Pod]:
         """Copies of ``pods`` carrying what this rule decides before packing."""

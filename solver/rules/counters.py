@@ -1,21 +1,34 @@
 """Per-node counters: rules that cap how many pods of some set one node may hold, modelled as extra
 resource dimensions so every stage (greedy, patterns, compact model, proof) enforces them unchanged.
 
-- Host ports: each (protocol, port) any pending pod binds is a dimension of capacity 1; a node whose
-  DaemonSets or bound pods already bind it has capacity 0.
-- Required pod anti-affinity on hostname that a pod's own labels match: each distinct term is a
-  dimension of capacity 1 consumed by every pending pod it selects, so a group of Deployments that all
-  repel one label (Karpenter's benchmark: every ``app=nginx`` pod) holds one pod per node in total.
-  Conservative when a selected pod does not itself repel the others.
+Each counter is exact (it keeps two classes off one node exactly when Kubernetes does) unless its
+``strict`` note says where it is stricter; ``conservative`` lists those notes.
+
+- Host ports (exact): Kubernetes binds each (hostIP, protocol, port) once per node, an empty hostIP, 0.0.0.0
+  or :: binding every address (``HostPort.conflicts``). Per (protocol, port): one counter of capacity 1
+  per specific address, taken by the pods binding that address and by those binding every address, plus
+  one taken by the latter alone. Two pods share a counter exactly when their ports conflict; a node whose
+  DaemonSets or bound pods hold a conflicting port has capacity 0.
+- Required pod anti-affinity on hostname that a pod's own labels match (exact): per distinct term (and
+  the owner's values of its matchLabelKeys / mismatchLabelKeys) one counter of capacity H, H the number of
+  pending pods it selects that do not carry it. Its owners take H each, those rule-free pods 1 each: a node
+  holds one owner and nothing else it selects, or any number of the rule-free ones (Kubernetes lets them
+  share: nothing keeps them apart). Karpenter's benchmark (every ``app=nginx`` pod repels the label) has no
+  rule-free side, so there H = 1 and the group holds one pod per node.
 - Required pod anti-affinity on hostname between classes (the owners' term selects other pending classes,
   not themselves): one dimension of capacity H, the pods of the larger side taking 1 each and those of
   the smaller side H each, where H is the larger side's pod count. A node then holds either any number
   of the larger side or one pod of the smaller side, never both. Conservative: two pods of the smaller
-  side never share a node either (none when they repel their own kind anyway).
-- Hostname topology spread (DoNotSchedule): each distinct (namespace, selector, maxSkew) is a dimension
-  of capacity maxSkew, consumed by every pending pod the selector matches, less the matching pods
-  already on an existing node. At most maxSkew per node keeps the skew at most maxSkew whatever the
-  minimum is (conservative when every node already holds one).
+  side never share a node either (none when they repel their own kind anyway); no linear cap can be exact
+  here, since both (2, 0) and (0, 2) are allowed and (1, 1) is not.
+- Hostname topology spread (DoNotSchedule): per distinct (namespace, selector, maxSkew) one counter.
+  maxSkew 1: capacity M + 1 (M the rule-free pending pods the selector matches), carriers taking M + 1,
+  rule-free matches 1, a node already running a match losing 1: a carrier's node holds no other match
+  (skew ≤ 1 against a minimum of 0) and rule-free matches gather freely. maxSkew s ≥ 2: capacity s, every
+  match taking 1, less the matches already on an existing node. Both are exact while some eligible node
+  holds no match (the global minimum is 0, as on any cluster with a node outside the group) and stricter
+  when every eligible node ends up holding one; with s ≥ 2 the rule-free matches are also capped at s per
+  node.
 """
 
 from __future__ import annotations
@@ -23,11 +36,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from model.affinity import LabelSelector, PodAffinityTerm
+from model.affinity import HostPort, LabelSelector, PodAffinityTerm
 from model.labels import HOSTNAME
 from model.pod import Pod
 from solver.classes import PodClass
 from solver.rules.base import BatchContext, Rule
+
+#: host IPs that bind every address (``HostPort.conflicts``)
+WILDCARD_IPS = ("", "0.0.0.0", "::")
 
 
 @dataclass
@@ -37,21 +53,28 @@ class NodeCounter:
     uses: dict[int, int]
     #: capacity on a new node, given the daemon pods that run there
     new_capacity: int
+    #: host ports: (protocol, port), and the binding a node must not already hold a conflicting port for
     port: tuple[str, int] | None = None
+    probe: HostPort | None = None
     selector: tuple[str, LabelSelector] | None = None
     bound_used: dict[str, int] = field(default_factory=dict)
+    #: hostname spread with maxSkew 1: a node running any match loses one unit (its carriers are closed)
+    star: bool = False
+    #: where this counter is stricter than Kubernetes ("" when exact)
+    strict: str = ""
 
     def capacity_with(self, pods: Sequence[Pod]) -> int:
         """Capacity left on a node already running ``pods`` (daemon pods or bound pods)."""
-        if self.port is None and self.selector is None:
+        if self.probe is None and self.selector is None:
             return self.new_capacity  # anti-affinity: bound pods that repel are handled by node admission
-        if self.port is not None:
-            protocol, number = self.port
-            taken = any(p.port == number and p.protocol == protocol for pod in pods for p in pod.host_ports)
+        if self.probe is not None:
+            taken = any(self.probe.conflicts(p) for pod in pods for p in pod.host_ports)
             return 0 if taken else self.new_capacity
         assert self.selector is not None
         namespace, selector = self.selector
         matching = sum(1 for pod in pods if pod.namespace == namespace and selector.matches(pod.labels))
+        if self.star:
+            return self.new_capacity - min(matching, 1)
         return max(self.new_capacity - matching, 0)
 
 
@@ -62,12 +85,20 @@ def build_counters(classes: Sequence[PodClass],
             + spread_counters(classes))
 
 
+def _pods(classes: Sequence[PodClass], indices: Sequence[int]) -> int:
+    return sum(len(classes[k].pods) for k in indices)
+
+
+def _names(classes: Sequence[PodClass], indices: Sequence[int]) -> str:
+    names = sorted({classes[k].name for k in indices})
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
 def anti_affinity_counters(classes: Sequence[PodClass],
                            namespace_labels: Mapping[str, dict[str, str]] | None = None) -> list[NodeCounter]:
     """Required pod anti-affinity on hostname: one counter per self-matching term, then the cross-class ones."""
-    counters: list[NodeCounter] = []
     namespace_labels = namespace_labels or {}
-    repelled: dict[tuple[str, PodAffinityTerm], NodeCounter] = {}
+    owners_of: dict[tuple[str, PodAffinityTerm, tuple[str | None, ...]], list[int]] = {}
     others: dict[tuple[str, PodAffinityTerm], list[int]] = {}
     for c in classes:
         pod = c.representative
@@ -78,62 +109,96 @@ def anti_affinity_counters(classes: Sequence[PodClass],
                                 namespace_labels.get(pod.namespace)):
                 others.setdefault((pod.namespace, term), []).append(c.index)
                 continue
-            term_key = (pod.namespace, term)
-            if term_key in repelled:
-                repelled[term_key].uses[c.index] = 1
-                continue
-            uses = {o.index: 1 for o in classes if term.selects(
-                pod.namespace, pod.labels, o.representative.namespace, o.representative.labels,
-                namespace_labels.get(o.representative.namespace))}
-            uses[c.index] = 1
-            counter = NodeCounter(name=f"repel:{pod.namespace}/{len(repelled)}", uses=uses, new_capacity=1)
-            repelled[term_key] = counter
-            counters.append(counter)
-    counters.extend(_cross_class(classes, others, namespace_labels))
+            # what the term selects depends on the owner's values of its label keys
+            projection = tuple(pod.labels.get(k) for k in term.match_label_keys + term.mismatch_label_keys)
+            owners = owners_of.setdefault((pod.namespace, term, projection), [])
+            if c.index not in owners:
+                owners.append(c.index)
+    counters: list[NodeCounter] = []
+    for (namespace, term, _), owners in owners_of.items():
+        owner = classes[owners[0]].representative
+        selected = [o.index for o in classes if o.index not in owners and term.selects(
+            namespace, owner.labels, o.representative.namespace, o.representative.labels,
+            namespace_labels.get(o.representative.namespace))]
+        heavy = max(_pods(classes, selected), 1)
+        uses = {k: heavy for k in owners} | {k: 1 for k in selected}
+        counters.append(NodeCounter(name=f"repel:{namespace}/{len(counters)}", uses=uses, new_capacity=heavy))
+    counters.extend(_cross_class(classes, others, namespace_labels, counters))
     return counters
 
 
-def host_port_counters(classes: Sequence[PodClass]) -> list[NodeCounter]:
-    """One counter of capacity 1 per host port any pending pod binds."""
-    counters: list[NodeCounter] = []
-    ports: dict[tuple[str, int], NodeCounter] = {}
+def _port_groups(classes: Sequence[PodClass]) -> dict[tuple[str, int], dict[str, list[int]]]:
+    """(protocol, port) → host IP ("" for every address) → the classes binding it, in class order."""
+    groups: dict[tuple[str, int], dict[str, list[int]]] = {}
     for c in classes:
         for port in c.representative.host_ports:
-            key = (port.protocol, port.port)
-            if key not in ports:
-                ports[key] = NodeCounter(name=f"hostPort:{port.protocol}/{port.port}", uses={}, new_capacity=1,
-                                         port=key)
-                counters.append(ports[key])
-            ports[key].uses[c.index] = 1
+            ip = "" if port.host_ip in WILDCARD_IPS else port.host_ip
+            users = groups.setdefault((port.protocol, port.port), {}).setdefault(ip, [])
+            if c.index not in users:
+                users.append(c.index)
+    return groups
+
+
+def host_port_counters(classes: Sequence[PodClass]) -> list[NodeCounter]:
+    """Host ports as Kubernetes' NodePorts filter sees them (see the module docstring): per (protocol,
+    port) a counter per specific address (its binders and the every-address binders) and one for the
+    every-address binders, each of capacity 1."""
+    counters: list[NodeCounter] = []
+    for (protocol, number), by_ip in _port_groups(classes).items():
+        wildcard = by_ip.get("", [])
+        if wildcard:
+            counters.append(NodeCounter(name=f"hostPort:{protocol}/{number}", uses=dict.fromkeys(wildcard, 1),
+                                        new_capacity=1, port=(protocol, number),
+                                        probe=HostPort(port=number, protocol=protocol)))
+        for ip in sorted(ip for ip in by_ip if ip):
+            users = dict.fromkeys(by_ip[ip], 1) | dict.fromkeys(wildcard, 1)
+            counters.append(NodeCounter(name=f"hostPort:{protocol}/{number}@{ip}", uses=users, new_capacity=1,
+                                        port=(protocol, number), probe=HostPort(port=number, protocol=protocol,
+                                                                                host_ip=ip)))
     return counters
 
 
 def spread_counters(classes: Sequence[PodClass]) -> list[NodeCounter]:
-    """Hostname topology spread (DoNotSchedule): one counter of capacity maxSkew per distinct selector."""
-    counters: list[NodeCounter] = []
-    spreads: dict[tuple[str, LabelSelector, int], NodeCounter] = {}
+    """Hostname topology spread (DoNotSchedule): one counter per distinct (namespace, selector, maxSkew)."""
+    carriers_of: dict[tuple[str, LabelSelector, int], list[int]] = {}
     for c in classes:
         pod = c.representative
         for spread in pod.topology_spread:
             selector = spread.selector_for(pod.labels)
             if spread.topology_key != HOSTNAME or spread.when_unsatisfiable != "DoNotSchedule" or not selector:
                 continue
-            spread_key = (pod.namespace, selector, spread.max_skew)
-            if spread_key in spreads:
-                continue
-            counter = NodeCounter(name=f"spread:{pod.namespace}/{len(spreads)}", new_capacity=spread.max_skew,
-                                  uses={o.index: 1 for o in classes if o.representative.namespace == pod.namespace
-                                        and selector.matches(o.representative.labels)},
-                                  selector=(pod.namespace, selector))
-            spreads[spread_key] = counter
-            counters.append(counter)
+            carriers = carriers_of.setdefault((pod.namespace, selector, spread.max_skew), [])
+            if c.index not in carriers:
+                carriers.append(c.index)
+    counters: list[NodeCounter] = []
+    for (namespace, selector, skew), carriers in carriers_of.items():
+        matched = [o.index for o in classes if o.representative.namespace == namespace
+                   and selector.matches(o.representative.labels)]
+        rule_free = [k for k in matched if k not in carriers]
+        strict = (f"at most maxSkew {skew} matching pods per node beside a carrier, stricter than Kubernetes only "
+                  "when every eligible node ends up holding a match (global minimum above 0)")
+        name = f"spread:{namespace}/{len(counters)}"
+        if skew == 1:
+            free = _pods(classes, rule_free)
+            uses = dict.fromkeys(rule_free, 1) | dict.fromkeys(carriers, free + 1)
+            counters.append(NodeCounter(name=name, uses=uses, new_capacity=free + 1, selector=(namespace, selector),
+                                        star=True, strict=strict))
+            continue
+        if rule_free:
+            strict += (f"; the matching pods that do not carry it ({_names(classes, rule_free)}) are capped at "
+                       f"maxSkew {skew} per node too")
+        counters.append(NodeCounter(name=name, uses=dict.fromkeys(matched, 1), new_capacity=skew,
+                                    selector=(namespace, selector), strict=strict))
     return counters
 
 
 def _cross_class(classes: Sequence[PodClass], owners_of: Mapping[tuple[str, PodAffinityTerm], list[int]],
-                 namespace_labels: Mapping[str, dict[str, str]]) -> list[NodeCounter]:
+                 namespace_labels: Mapping[str, dict[str, str]], own: Sequence[NodeCounter] = ()
+                 ) -> list[NodeCounter]:
     """Weighted counters keeping the owners of a hostname anti-affinity term off the pending classes it
-    selects (see the module docstring); terms whose sides overlap or are both bundles are left out."""
+    selects (see the module docstring); terms whose sides overlap or are both bundles are left out.
+    ``own``: the self-matching terms' counters (pods of the smaller side they already keep apart cost
+    nothing extra)."""
     out: list[NodeCounter] = []
     for (namespace, term), owners in owners_of.items():
         targets = [o.index for o in classes if o.index not in owners and term.selects(
@@ -141,16 +206,21 @@ def _cross_class(classes: Sequence[PodClass], owners_of: Mapping[tuple[str, PodA
             o.representative.labels, namespace_labels.get(o.representative.namespace))]
         if not targets:
             continue
-        sides = sorted([owners, targets], key=lambda side: (sum(len(classes[k].pods) for k in side),
+        sides = sorted([owners, targets], key=lambda side: (_pods(classes, side),
                                                               any(classes[k].bundle for k in side)))
         small, large = sides
         if any(classes[k].bundle for k in small):
             small, large = large, small
             if any(classes[k].bundle for k in small):
                 continue
-        heavy = sum(len(classes[k].pods) for k in large)
+        heavy = _pods(classes, large)
         uses = {k: 1 for k in large} | {k: heavy for k in small}
-        out.append(NodeCounter(name=f"repel-other:{namespace}/{len(out)}", uses=uses, new_capacity=heavy))
+        apart = all(any(separates(counter, a, b) for counter in own) for a in small for b in small
+                    if a != b or len(classes[a].pods) > 1)
+        strict = "" if _pods(classes, small) < 2 or apart else (
+            f"the pods of {_names(classes, small)} are kept one per node although Kubernetes lets them share one")
+        out.append(NodeCounter(name=f"repel-other:{namespace}/{len(out)}", uses=uses, new_capacity=heavy,
+                               strict=strict))
     return out
 
 
@@ -158,6 +228,16 @@ def separates(counter: NodeCounter, a: int, b: int) -> bool:
     """Does this anti-affinity counter keep classes ``a`` and ``b`` off one node?"""
     return (counter.port is None and counter.selector is None and a in counter.uses and b in counter.uses
             and counter.uses[a] + counter.uses[b] > counter.new_capacity)
+
+
+def conservative(classes: Sequence[PodClass], counters: Sequence[NodeCounter]) -> list[str]:
+    """One note per counter whose encoding is stricter than Kubernetes (a plan proved optimal is optimal
+    for this stricter model): ``name (rule, the classes it charges): where it is stricter``."""
+    notes = []
+    for counter in counters:
+        if counter.strict:
+            notes.append(f"{counter.name} ({_names(classes, sorted(counter.uses))}): {counter.strict}")
+    return notes
 
 
 def modelled_spread(pod: Pod) -> Mapping[int, bool]:
@@ -173,13 +253,19 @@ class HostnameSpread(Rule):
 
     name = f"topology spread on {HOSTNAME}"
     counter_names = {"spread": f"topology spread on {HOSTNAME}"}
+    relaxable = True
+
+    def conservative(self, batch: BatchContext, classes: Sequence[PodClass],
+                     counters: Sequence[NodeCounter]) -> list[str]:
+        """At most maxSkew matching pods per node is exact only while some eligible node holds none."""
+        return conservative(classes, [c for c in counters if c.name.startswith("spread:")])
 
     def counters(self, batch: BatchContext, classes: Sequence[PodClass]) -> Sequence[NodeCounter]:
         return spread_counters(classes)
 
     def unmodelled(self, batch: BatchContext, classes: Sequence[PodClass],
                    counters: Sequence[NodeCounter]) -> list[str]:
-        notes = []
+        notes: list[str] = []
         for c in classes:
             pod = c.representative
             if pod.rule_problem or pod.volume_problem:

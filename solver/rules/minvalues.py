@@ -26,7 +26,9 @@ from solver.rules.base import BatchContext, Rule, Why
 from solver.templates import NodeTemplate
 
 if TYPE_CHECKING:
+    from solver.classes import PodClass
     from solver.problem import Problem
+    from solver.rules.counters import NodeCounter
 
 
 def restrict(template_ok: np.ndarray, templates: Sequence[NodeTemplate], alloc: np.ndarray) -> None:
@@ -68,6 +70,13 @@ class MinValues(Rule):
     """NodePool requirements' ``minValues`` (Strict): the sufficient per-class condition above."""
 
     name = "NodePool minValues"
+    relaxable = True
+
+    def conservative(self, batch: BatchContext, classes: Sequence[PodClass],
+                     counters: Sequence[NodeCounter]) -> list[str]:
+        pools = sorted({t.pool.name for t in batch.templates if strict_keys(t.pool.nodepool)})
+        return [f"NodePool {name}: minValues enforced per class by a sufficient condition (a claim mixing "
+                "classes could stay flexible on a smaller type)" for name in pools]
 
     def admit(self, batch: BatchContext, problem: Problem) -> None:
         restrict(problem.template_ok, problem.templates, problem.template_alloc[:, :problem.resource_axes])

@@ -22,7 +22,7 @@ bundles and counters); terms towards pending pods of other classes are handled i
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from model.affinity import PodAffinityTerm
 from model.labels import HOSTNAME, ZONE
@@ -31,6 +31,9 @@ from model.pod import Pod, PreferredTerm
 from model.requirements import Requirement, Requirements
 from solver.classes import PodClass
 from solver.rules.base import BatchContext, Rule, Why
+
+if TYPE_CHECKING:
+    from solver.rules.counters import NodeCounter
 
 Placed = Sequence[tuple[Pod, Mapping[str, str]]]
 
@@ -194,6 +197,7 @@ class RunningPodTerms(Rule):
 
     name = "pod (anti-)affinity to running pods"
     reads = ("Namespace",)
+    relaxable = True
 
     def constrain(self, batch: BatchContext, pods: list[Pod]) -> list[Pod]:
         if not any(p.pod_affinity or p.pod_anti_affinity or p.preferred_pod_affinity
@@ -209,3 +213,13 @@ class RunningPodTerms(Rule):
         if not why.problem.templates and not why.problem.existing:
             return ""  # nothing to launch at all: node selection says so first
         return pinned_reason(why)
+
+    def conservative(self, batch: BatchContext, classes: Sequence[PodClass],
+                     counters: Sequence[NodeCounter]) -> list[str]:
+        """Affinity confined to running matches' domains, where a pending match could also serve."""
+        return [f"{c.name}: required pod affinity on {term.topology_key} is kept to the domains where matching "
+                "pods run (Kubernetes would also accept one where a pending match lands)"
+                for c in classes if not c.representative.rule_problem
+                for term in c.representative.pod_affinity
+                if _domains(c.representative, term, batch.placed, batch.namespaces)
+                and selects_other_class(c.representative, term, c, classes, batch.namespaces)]

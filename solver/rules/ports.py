@@ -17,6 +17,7 @@ class HostPorts(Rule):
 
     name = "host ports"
     reads = ("DaemonSet",)
+    relaxable = True
     counter_names = {"hostPort": "host port"}
 
     def counters(self, batch: BatchContext, classes: Sequence[PodClass]) -> Sequence[NodeCounter]:
@@ -29,3 +30,16 @@ class HostPorts(Rule):
             return ""
         names = ", ".join(problem.axes[i].split(":", 1)[1] for i in ports)
         return f"host port(s) {names} are already bound by DaemonSets on every node the NodePools can launch"
+
+    def conservative(self, batch: BatchContext, classes: Sequence[PodClass],
+                     counters: Sequence[NodeCounter]) -> list[str]:
+        """A counter per (protocol, port) also keeps apart pods binding it on different specific host IPs."""
+        notes = []
+        for counter in counters:
+            if counter.port is None:
+                continue
+            ips = {p.host_ip for k in counter.uses for p in classes[k].representative.host_ports
+                   if (p.protocol, p.port) == counter.port}
+            if len(ips) > 1 and not ips & {"", "0.0.0.0", "::"}:
+                notes.append(f"{counter.name}: pods binding it on different host IPs are kept on separate nodes")
+        return notes

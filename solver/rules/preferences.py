@@ -105,6 +105,7 @@ class Preferences(Rule):
     """Every soft rule as one score per (class, node) (above): the objective charges the deficits."""
 
     name = "preferences"
+    relaxable = True
 
     def score(self, batch: BatchContext, problem: Problem) -> None:
         classes = problem.classes

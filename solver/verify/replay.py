@@ -127,6 +127,15 @@ class ReplayReport:
         return dict(Counter(first.values()).most_common())
 
     @property
+    def refusals(self) -> dict[str, int]:
+        """Pods refused on their planned node at their turn, summed over orders, by the first filter refusing:
+        the root causes (a pod moved off its node takes room planned for another, refused for resources)."""
+        out: Counter[str] = Counter()
+        for o in self.outcomes:
+            out.update(o.refused)
+        return dict(out.most_common())
+
+    @property
     def ok(self) -> bool:
         return self.orders_stranding == 0
 
@@ -145,7 +154,7 @@ class ReplayReport:
                  f"{self.orders_tried - (1 if planned else 0)} random, seed {self.seed}) of {self.pods} pods "
                  f"in {self.seconds:.2f} s",
                  f"orders stranding a pod: {self.orders_stranding}/{self.orders_tried}"
-                 + (f" (max {self.max_stranded} pods)" if self.orders_stranding else "")
+                 + (f" (max {self.max_stranded} pod(s))" if self.orders_stranding else "")
                  + (f"; planned order strands {len(planned.stranded)}" if planned else "")]
         if self.orders_stranding:
             lines.append(f"after the scheduler's retries: {self.orders_never_bound}/{self.orders_tried} orders "
@@ -154,6 +163,9 @@ class ReplayReport:
                          + ", ".join(f"{rule} {n}" for rule, n in self.by_rule.items()))
         moved = max((o.moved for o in self.outcomes), default=0)
         lines.append(f"pods bound off their planned node: max {moved} per order")
+        if self.refusals:
+            lines.append("refused on their planned node at their turn (all orders): "
+                         + ", ".join(f"{rule} {n}" for rule, n in self.refusals.items()))
         for o in [o for o in self.outcomes if o.stranded][:listed]:
             shown = ", ".join(f"{p} ({o.stranded_by.get(p, '?')})" for p in o.stranded[:listed])
             more = f" and {len(o.stranded) - listed} more" if len(o.stranded) > listed else ""
@@ -228,69 +240,54 @@ def _selector_counts(selector: LabelSelector | None) -> bool:
     return selector is not None and bool(selector.match_labels or selector.match_expressions)
 
 
-class _Spread:
-    """Matching pods per domain of one (namespace, selector, topology key, eligible nodes) and the minimum."""
+@dataclass(frozen=True)
+class _Layout:
+    """The domains one tally counts in: ``slot[node]`` is the node's domain (``domains``, a cell that stays 0,
+    when the node's value is no domain or it lacks the key); ``feed[node]`` the domain its pods add to (-1:
+    they do not count: the node is not eligible)."""
 
-    __slots__ = ("counts", "feed_slot", "freq", "lookup_slot", "low")
+    key: str
+    domains: int
+    slot: list[int]
+    slots: np.ndarray
+    feed: list[int]
 
-    def __init__(self, lookup_slot: list[int], feed_slot: list[int], domains: int) -> None:
-        self.lookup_slot = lookup_slot      # node → its domain's slot (-1: its value is no eligible domain)
-        self.feed_slot = feed_slot          # node → slot its pods count in (-1: the node is not eligible)
-        self.counts = [0] * domains
-        self.freq: dict[int, int] = {0: domains} if domains else {}
+
+class _Tally:
+    """Pods per domain, their total, and (for topology spread) the minimum over domains, kept incrementally:
+    counts only grow during a replay, so the minimum moves up when its last domain leaves it."""
+
+    __slots__ = ("counts", "freq", "low", "total")
+
+    def __init__(self, domains: int, track_min: bool) -> None:
+        self.counts = np.zeros(domains + 1, dtype=np.int64)
+        self.freq: dict[int, int] = {0: domains} if track_min and domains else {}
         self.low = 0
+        self.total = 0
 
-    def add(self, node: int) -> None:
-        slot = self.feed_slot[node]
-        if slot < 0:
-            return
-        old = self.counts[slot]
+    def add(self, slot: int) -> None:
+        old = int(self.counts[slot])
         self.counts[slot] = old + 1
-        self.freq[old] -= 1
-        self.freq[old + 1] = self.freq.get(old + 1, 0) + 1
-        if old == self.low and not self.freq[old]:
-            self.low = old + 1
+        self.total += 1
+        if self.freq:
+            self.freq[old] -= 1
+            self.freq[old + 1] = self.freq.get(old + 1, 0) + 1
+            if old == self.low and not self.freq[old]:
+                self.low = old + 1
 
-    def copy(self) -> _Spread:
-        out = _Spread.__new__(_Spread)
-        out.lookup_slot, out.feed_slot = self.lookup_slot, self.feed_slot
-        out.counts, out.freq, out.low = list(self.counts), dict(self.freq), self.low
+    def copy(self) -> _Tally:
+        out = _Tally.__new__(_Tally)
+        out.counts, out.freq, out.low, out.total = self.counts.copy(), dict(self.freq), self.low, self.total
         return out
 
 
 @dataclass(frozen=True)
 class _SpreadCheck:
-    counter: int
+    tally: int
     key: str
     self_match: int
     max_skew: int
     min_domains: int
-
-
-class _Domains:
-    """Pods per value of one topology key (for affinity and anti-affinity terms)."""
-
-    __slots__ = ("counts", "key", "total")
-
-    def __init__(self, key: str) -> None:
-        self.key = key
-        self.counts: dict[str, int] = {}
-        self.total = 0
-
-    def add(self, labels: Mapping[str, str]) -> None:
-        value = labels.get(self.key)
-        if value is not None:
-            self.counts[value] = self.counts.get(value, 0) + 1
-            self.total += 1
-
-    def holds(self, labels: Mapping[str, str]) -> bool:
-        value = labels.get(self.key)
-        return value is not None and self.counts.get(value, 0) > 0
-
-    def copy(self) -> _Domains:
-        out = _Domains(self.key)
-        out.counts, out.total = dict(self.counts), self.total
-        return out
 
 
 @dataclass
@@ -298,16 +295,15 @@ class _Shape:
     """What the filters read of a pod: pods sharing it are checked identically."""
 
     label_class: int
-    request: np.ndarray
+    request: tuple[tuple[int, int], ...]     # (resource row, amount) for every resource it requests
     static: np.ndarray                       # node → NodeUnschedulable, TaintToleration, NodeAffinity pass
     ports: tuple[HostPort, ...]
     spreads: tuple[_SpreadCheck, ...]
-    affinity: tuple[int, ...]                # one _Domains per required affinity term (pods matching all)
+    affinity: tuple[int, ...]                # a tally per required affinity term: pods matching all terms
     affinity_keys: tuple[str, ...]
     self_affine: bool
-    anti: tuple[int, ...]                    # one _Domains per required anti-affinity term (pods it selects)
-    owned_anti: tuple[int, ...]              # _Domains of this pod's terms as an owner (existing direction)
-    requirements: tuple[Requirements, ...]
+    anti: tuple[int, ...]                    # a tally per required anti-affinity term: pods it selects
+    owned: tuple[int, ...]                   # a tally per anti-affinity term: where its owners are bound
     tolerations: tuple[Toleration, ...]
 
 
@@ -315,12 +311,10 @@ class _Shape:
 class _State:
     free: np.ndarray
     ports: list[list[HostPort]]
-    spreads: list[_Spread]
-    domains: list[_Domains]
+    tallies: list[_Tally]
 
     def copy(self) -> _State:
-        return _State(self.free.copy(), [list(p) for p in self.ports], [s.copy() for s in self.spreads],
-                      [d.copy() for d in self.domains])
+        return _State(self.free.copy(), [list(p) for p in self.ports], [t.copy() for t in self.tallies])
 
 
 def _labels_key(pod: Pod) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -351,32 +345,28 @@ class _Replay:
         everyone = [p for _, p in residents] + self.pods
         self.resources = sorted({r for n in self.nodes for r in n.allocatable} | {r for p in everyone
                                                                                    for r in p.requests})
+        self.bindable = np.array([n.bindable for n in self.nodes], dtype=bool).reshape(len(self.nodes))
         self.label_classes: list[tuple[str, dict[str, str]]] = []
         self._label_index: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
-        for pod in everyone:
-            self._label_class(pod)
-        self.spread_keys: dict[tuple[Any, ...], int] = {}
-        self.spread_members: list[tuple[str, LabelSelector]] = []
-        self.domain_keys: dict[tuple[Any, ...], int] = {}
-        self.domain_members: list[tuple[str, dict[str, str], tuple[PodAffinityTerm, ...]]] = []
-        self.domain_kinds: list[str] = []
-        self.domain_key_names: list[str] = []
-        self._spreads: list[_Spread] = []
-        self._spread_counted: list[bool] = []
-        self._eligible: dict[tuple[Any, ...], np.ndarray] = {}
+        self._has_key: dict[str, np.ndarray] = {}
+        self._layouts: dict[tuple[Any, ...], _Layout] = {}
         self._static: dict[tuple[Any, ...], np.ndarray] = {}
-        self.bindable = np.array([n.bindable for n in self.nodes], dtype=bool)
+        self._tally_index: dict[tuple[Any, ...], int] = {}
+        self.layouts: list[_Layout] = []
+        self.tally_kinds: list[str] = []
+        #: what adds to each tally: (namespace, selector) for spread, (owner namespace, labels, terms) for terms
+        self.tally_members: list[tuple[Any, ...]] = []
         self._shape_index: dict[tuple[Any, ...], int] = {}
         self.shapes: list[_Shape] = []
         self.shape_of = [self._shape(p) for p in self.pods]
         resident_shapes = [self._shape(p) for _, p in residents]
         self._feeds()
-        free = np.array([[n.allocatable[r] for r in self.resources] for n in self.nodes], dtype=np.int64)
-        free = free.reshape(len(self.nodes), len(self.resources))
-        self.initial = _State(free, [[] for _ in self.nodes], self._spreads,
-                              [_Domains(k) for k in self.domain_key_names])
+        free = np.array([[n.allocatable[r] for n in self.nodes] for r in self.resources], dtype=np.int64)
+        self.initial = _State(free.reshape(len(self.resources), len(self.nodes)), [[] for _ in self.nodes],
+                              [_Tally(layout.domains, kind == "spread")
+                               for layout, kind in zip(self.layouts, self.tally_kinds, strict=True)])
         for (node, pod), shape in zip(residents, resident_shapes, strict=True):
-            self._bind(self.initial, shape, node, counted=not pod.deleting)
+            self._bind(self.initial, shape, node, spread=not pod.deleting)  # terminating pods: no spread count
 
     # compile ---------------------------------------------------------------------------------------------
 
@@ -387,6 +377,12 @@ class _Replay:
             self.label_classes.append((pod.namespace, dict(pod.labels)))
         return self._label_index[key]
 
+    def has_key(self, key: str) -> np.ndarray:
+        if key not in self._has_key:
+            self._has_key[key] = np.array([key in labels for labels in self.labels], dtype=bool).reshape(
+                len(self.nodes))
+        return self._has_key[key]
+
     def _static_mask(self, requirements: tuple[Requirements, ...], tolerations: tuple[Toleration, ...]
                      ) -> np.ndarray:
         key = (requirements, tolerations)
@@ -396,47 +392,49 @@ class _Replay:
                  for n in self.nodes], dtype=bool).reshape(len(self.nodes))
         return self._static[key]
 
-    def _eligible_mask(self, keys: frozenset[str], affinity: tuple[Requirements, ...] | None,
-                       tolerations: tuple[Toleration, ...] | None) -> np.ndarray:
-        key = (keys, affinity, tolerations)
-        if key not in self._eligible:
-            self._eligible[key] = np.array(
-                [all(k in n.labels for k in keys)
-                 and (affinity is None or any(r.matches(n.labels) for r in affinity))
-                 and (tolerations is None or not untolerated(tolerations, n.taints)) for n in self.nodes],
-                dtype=bool).reshape(len(self.nodes))
-        return self._eligible[key]
+    def _layout(self, key: str, eligible: Sequence[bool] | None = None, ident: Any = None) -> _Layout:
+        """Domains of ``key`` over the eligible nodes (None: every node carrying the key)."""
+        cache = (key, ident)
+        if cache not in self._layouts:
+            counted = [key in labels and (eligible is None or bool(eligible[i]))
+                       for i, labels in enumerate(self.labels)]
+            values = sorted({labels[key] for labels, c in zip(self.labels, counted, strict=True) if c})
+            index = {v: s for s, v in enumerate(values)}
+            slot = [index.get(labels[key], len(values)) if key in labels else len(values) for labels in self.labels]
+            feed = [s if c else -1 for s, c in zip(slot, counted, strict=True)]
+            self._layouts[cache] = _Layout(key, len(values), slot, np.array(slot, dtype=np.int64), feed)
+        return self._layouts[cache]
 
-    def _spread_counter(self, pod: Pod, spread: TopologySpreadConstraint, selector: LabelSelector | None,
-                        hard_keys: frozenset[str]) -> int:
+    def _tally(self, ident: tuple[Any, ...], kind: str, layout: _Layout, members: tuple[Any, ...]) -> int:
+        if ident not in self._tally_index:
+            self._tally_index[ident] = len(self.layouts)
+            self.layouts.append(layout)
+            self.tally_kinds.append(kind)
+            self.tally_members.append(members)
+        return self._tally_index[ident]
+
+    def _spread_tally(self, pod: Pod, spread: TopologySpreadConstraint, selector: LabelSelector | None,
+                      hard_keys: frozenset[str]) -> int:
+        """Eligible nodes carry every key of the pod's hard constraints, pass its node affinity (policy
+        Honor, the default) and tolerate its taints (policy Honor; Ignore is the default)."""
         affinity = None if spread.node_affinity_policy == "Ignore" else _node_affinity(pod)
         tolerations = pod.tolerations if spread.node_taints_policy == "Honor" else None
         counted = selector if _selector_counts(selector) else None
-        key = (pod.namespace, counted, spread.topology_key, hard_keys, affinity, tolerations)
-        if key not in self.spread_keys:
-            eligible = self._eligible_mask(hard_keys, affinity, tolerations)
-            values = sorted({self.labels[i][spread.topology_key] for i in np.flatnonzero(eligible)})
-            slot = {v: s for s, v in enumerate(values)}
-            tk = spread.topology_key
-            lookup = [slot.get(labels[tk], -1) if tk in labels else -1 for labels in self.labels]
-            feed = [lookup[i] if eligible[i] else -1 for i in range(len(self.nodes))]
-            self.spread_keys[key] = len(self._spreads)
-            self._spreads.append(_Spread(lookup, feed, len(values)))
-            self.spread_members.append((pod.namespace, counted) if counted is not None
-                                       else ("", LabelSelector()))
-            self._spread_counted.append(counted is not None)
-        return self.spread_keys[key]
+        eligibility = (hard_keys, affinity, tolerations)
+        ident = ("spread", pod.namespace, counted, spread.topology_key, eligibility)
+        if ident not in self._tally_index:
+            eligible = [all(k in n.labels for k in hard_keys)
+                        and (affinity is None or any(r.matches(n.labels) for r in affinity))
+                        and (tolerations is None or not untolerated(tolerations, n.taints)) for n in self.nodes]
+            layout = self._layout(spread.topology_key, eligible, eligibility)
+            return self._tally(ident, "spread", layout, (pod.namespace, counted))
+        return self._tally_index[ident]
 
-    def _domain_counter(self, kind: str, owner: Pod, terms: tuple[PodAffinityTerm, ...], key: str) -> int:
-        """A _Domains over ``key``: for ``affinity`` pods matching all of the owner's terms, for ``anti`` pods
-        one term selects, for ``owner`` the owner pods themselves."""
+    def _term_tally(self, kind: str, owner: Pod, terms: tuple[PodAffinityTerm, ...], key: str) -> int:
+        """``affinity``: pods matching all the owner's terms; ``anti``: pods the term selects; ``owner``: the
+        owners of the term themselves (a bound owner repels the pods its term selects)."""
         ident = (kind, owner.namespace, tuple(sorted(owner.labels.items())), terms, key)
-        if ident not in self.domain_keys:
-            self.domain_keys[ident] = len(self.domain_members)
-            self.domain_members.append((owner.namespace, dict(owner.labels), terms))
-            self.domain_kinds.append(kind)
-            self.domain_key_names.append(key)
-        return self.domain_keys[ident]
+        return self._tally(ident, kind, self._layout(key), (owner.namespace, dict(owner.labels), terms))
 
     def _shape(self, pod: Pod) -> int:
         hard = tuple(s for s in pod.topology_spread if s.when_unsatisfiable == "DoNotSchedule")
@@ -450,25 +448,25 @@ class _Replay:
         for s in hard:
             selector = s.selector_for(pod.labels)
             self_match = int(selector is not None and selector.matches(pod.labels))
-            spreads.append(_SpreadCheck(self._spread_counter(pod, s, selector, hard_keys), s.topology_key,
+            spreads.append(_SpreadCheck(self._spread_tally(pod, s, selector, hard_keys), s.topology_key,
                                         self_match, s.max_skew, s.min_domains or 1))
         terms = pod.pod_affinity
-        affinity = tuple(self._domain_counter("affinity", pod, terms, t.topology_key) for t in terms)
+        affinity = tuple(self._term_tally("affinity", pod, terms, t.topology_key) for t in terms)
         self_affine = bool(terms) and all(t.selects(pod.namespace, pod.labels, pod.namespace, pod.labels,
                                                     self.namespaces.get(pod.namespace)) for t in terms)
-        anti = tuple(self._domain_counter("anti", pod, (t,), t.topology_key) for t in pod.pod_anti_affinity)
-        owned = tuple(self._domain_counter("owner", pod, (t,), t.topology_key) for t in pod.pod_anti_affinity)
-        shape = _Shape(self._label_class(pod), np.array([pod.requests[r] for r in self.resources], dtype=np.int64),
-                       self._static_mask(requirements, pod.tolerations), pod.host_ports, tuple(spreads), affinity,
-                       tuple(t.topology_key for t in terms), self_affine, anti, owned, requirements,
-                       pod.tolerations)
+        anti = tuple(self._term_tally("anti", pod, (t,), t.topology_key) for t in pod.pod_anti_affinity)
+        owned = tuple(self._term_tally("owner", pod, (t,), t.topology_key) for t in pod.pod_anti_affinity)
+        request = tuple((row, pod.requests[r]) for row, r in enumerate(self.resources) if pod.requests[r] > 0)
+        shape = _Shape(self._label_class(pod), request, self._static_mask(requirements, pod.tolerations),
+                       pod.host_ports, tuple(spreads), affinity, tuple(t.topology_key for t in terms), self_affine,
+                       anti, owned, pod.tolerations)
         self._shape_index[key] = len(self.shapes)
         self.shapes.append(shape)
         return self._shape_index[key]
 
     def _feeds(self) -> None:
-        """Which counters a pod of each label class adds to when it binds, and which bound owners' terms
-        repel it: selector matching once per (label class, counter), not per pod."""
+        """Which tallies a bound pod of each label class adds to, and which owners' terms repel it: selectors
+        are matched once per (label class, tally), not per pod."""
         by_pair: dict[tuple[str, str], list[int]] = {}
         for c, (_, labels) in enumerate(self.label_classes):
             for pair in labels.items():
@@ -481,42 +479,41 @@ class _Replay:
             return everyone
 
         self.spread_feeds: list[list[int]] = [[] for _ in self.label_classes]
-        for s, (namespace, selector) in enumerate(self.spread_members):
-            if not self._spread_counted[s]:
-                continue
-            for c in candidates(selector):
-                ns, labels = self.label_classes[c]
-                if ns == namespace and selector.matches(labels):
-                    self.spread_feeds[c].append(s)
-        self.domain_feeds: list[list[int]] = [[] for _ in self.label_classes]
+        self.term_feeds: list[list[int]] = [[] for _ in self.label_classes]
         self.repelled_by: list[list[int]] = [[] for _ in self.label_classes]
-        for d, (owner_ns, owner_labels, terms) in enumerate(self.domain_members):
-            kind = self.domain_kinds[d]
+        for t, (kind, members) in enumerate(zip(self.tally_kinds, self.tally_members, strict=True)):
+            if kind == "spread":
+                namespace, selector = members
+                for c in candidates(selector) if selector is not None else ():
+                    ns, labels = self.label_classes[c]
+                    if ns == namespace and selector.matches(labels):
+                        self.spread_feeds[c].append(t)
+                continue
+            owner_ns, owner_labels, terms = members
             for c in candidates(terms[0].selector):
                 ns, labels = self.label_classes[c]
-                if all(t.selects(owner_ns, owner_labels, ns, labels, self.namespaces.get(ns)) for t in terms):
-                    (self.repelled_by if kind == "owner" else self.domain_feeds)[c].append(d)
+                if all(term.selects(owner_ns, owner_labels, ns, labels, self.namespaces.get(ns)) for term in terms):
+                    (self.repelled_by if kind == "owner" else self.term_feeds)[c].append(t)
 
     # replay ----------------------------------------------------------------------------------------------
 
-    def _bind(self, state: _State, shape_id: int, node: int, counted: bool = True) -> None:
+    def _bind(self, state: _State, shape_id: int, node: int, spread: bool = True) -> None:
         shape = self.shapes[shape_id]
-        state.free[node] -= shape.request
+        for row, amount in shape.request:
+            state.free[row, node] -= amount
         state.ports[node].extend(shape.ports)
-        labels = self.labels[node]
-        if counted:
-            for s in self.spread_feeds[shape.label_class]:
-                state.spreads[s].add(node)
-        for d in self.domain_feeds[shape.label_class]:
-            state.domains[d].add(labels)
-        for d in shape.owned_anti:
-            state.domains[d].add(labels)
+        tallies, layouts = state.tallies, self.layouts
+        for t in (self.spread_feeds[shape.label_class] if spread else ()):
+            slot = layouts[t].feed[node]
+            if slot >= 0:
+                tallies[t].add(slot)
+        for t in (*self.term_feeds[shape.label_class], *shape.owned):
+            slot = layouts[t].feed[node]
+            if slot >= 0:
+                tallies[t].add(slot)
 
-    def _dynamic(self, state: _State, shape: _Shape, node: int) -> str | None:
-        """NodePorts, PodTopologySpread, InterPodAffinity: the filters bound pods change, resources apart."""
-        if shape.ports and any(p.conflicts(q) for p in shape.ports for q in state.ports[node]):
-            return PORTS
-        return self._pod_rules(state, shape, node)
+    def _holds(self, state: _State, t: int, node: int) -> bool:
+        return bool(state.tallies[t].counts[self.layouts[t].slot[node]] > 0)
 
     def _pod_rules(self, state: _State, shape: _Shape, node: int) -> str | None:
         """PodTopologySpread and InterPodAffinity on ``node`` given the pods bound so far."""
@@ -524,24 +521,23 @@ class _Replay:
         for check in shape.spreads:
             if check.key not in labels:
                 return f"{SPREAD}({check.key})"
-            counter = state.spreads[check.counter]
-            slot = counter.lookup_slot[node]
-            count = counter.counts[slot] if slot >= 0 else 0
-            low = 0 if len(counter.counts) < check.min_domains else counter.low
-            if count + check.self_match - low > check.max_skew:
+            tally, layout = state.tallies[check.tally], self.layouts[check.tally]
+            low = 0 if layout.domains < check.min_domains else tally.low
+            if int(tally.counts[layout.slot[node]]) + check.self_match - low > check.max_skew:
                 return f"{SPREAD}({check.key})"
         if shape.affinity:
-            if any(k not in labels for k in shape.affinity_keys):
-                return f"{AFFINITY}({shape.affinity_keys[0]})"
-            missing = [d for d in shape.affinity if not state.domains[d].holds(labels)]
-            if missing and not (shape.self_affine and all(state.domains[d].total == 0 for d in shape.affinity)):
-                return f"{AFFINITY}({state.domains[missing[0]].key})"
-        for d in shape.anti:
-            if state.domains[d].holds(labels):
-                return f"{ANTI_AFFINITY}({state.domains[d].key})"
-        for d in self.repelled_by[shape.label_class]:
-            if state.domains[d].holds(labels):
-                return f"{EXISTING_ANTI_AFFINITY}({state.domains[d].key})"
+            missing = next((k for k in shape.affinity_keys if k not in labels), None)
+            if missing is not None:
+                return f"{AFFINITY}({missing})"
+            empty = [t for t in shape.affinity if not self._holds(state, t, node)]
+            if empty and not (shape.self_affine and all(state.tallies[t].total == 0 for t in shape.affinity)):
+                return f"{AFFINITY}({self.layouts[empty[0]].key})"
+        for t in shape.anti:
+            if self._holds(state, t, node):
+                return f"{ANTI_AFFINITY}({self.layouts[t].key})"
+        for t in self.repelled_by[shape.label_class]:
+            if self._holds(state, t, node):
+                return f"{EXISTING_ANTI_AFFINITY}({self.layouts[t].key})"
         return None
 
     def _refusal(self, state: _State, shape: _Shape, node: int) -> str | None:
@@ -555,9 +551,29 @@ class _Replay:
             return NODE_AFFINITY
         if shape.ports and any(p.conflicts(q) for p in shape.ports for q in state.ports[node]):
             return PORTS
-        if (shape.request > state.free[node]).any():
+        if any(amount > state.free[row, node] for row, amount in shape.request):
             return RESOURCES
         return self._pod_rules(state, shape, node)
+
+    def _accepting(self, state: _State, shape: _Shape) -> np.ndarray:
+        """Every node whose filters accept the pod now, as a mask (host ports apart): ``_refusal`` over all
+        nodes at once."""
+        mask = shape.static.copy()
+        for row, amount in shape.request:
+            mask &= state.free[row] >= amount
+        for check in shape.spreads:
+            tally, layout = state.tallies[check.tally], self.layouts[check.tally]
+            low = 0 if layout.domains < check.min_domains else tally.low
+            mask &= self.has_key(check.key) & (tally.counts[layout.slots] + check.self_match - low <= check.max_skew)
+        if shape.affinity:
+            for key in shape.affinity_keys:
+                mask &= self.has_key(key)
+            if not (shape.self_affine and all(state.tallies[t].total == 0 for t in shape.affinity)):
+                for t in shape.affinity:
+                    mask &= state.tallies[t].counts[self.layouts[t].slots] > 0
+        for t in (*shape.anti, *self.repelled_by[shape.label_class]):
+            mask &= state.tallies[t].counts[self.layouts[t].slots] == 0
+        return mask
 
     def _place(self, state: _State, shape_id: int, planned: int) -> tuple[int, str | None]:
         """The node the pod binds to (-1: none) and why its planned node refused it (None: it did not)."""
@@ -565,9 +581,8 @@ class _Replay:
         reason = self._refusal(state, shape, planned) if planned >= 0 else MISSING
         if reason is None:
             return planned, None
-        fits = shape.static & (state.free >= shape.request).all(axis=1)
-        for node in np.flatnonzero(fits):
-            if node != planned and self._dynamic(state, shape, int(node)) is None:
+        for node in np.flatnonzero(self._accepting(state, shape)):
+            if not shape.ports or not any(p.conflicts(q) for p in shape.ports for q in state.ports[node]):
                 return int(node), reason
         return -1, reason
 
@@ -587,7 +602,7 @@ class _Replay:
                 continue
             moved += node != self.planned[p]
             self._bind(state, self.shape_of[p], node)
-        waiting = list(stranded)
+        waiting = list(stranded)  # the scheduler retries unschedulable pods as pods bind, until none can
         progress = True
         while waiting and progress:
             progress = False

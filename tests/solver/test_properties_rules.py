@@ -67,6 +67,7 @@ TINY_EXAMPLES = 40
 #: the exhaustive search gives up (and the example skips property (d)) after this many verifier calls
 ORACLE_BUDGET = 6000
 PHASES = tuple(Phase) if os.environ.get("NODEPLAN_SHRINK") else tuple(p for p in Phase if p is not Phase.shrink)
+# occasional features are drawn as ``integers(0, n) == n`` so that shrinking (towards 0) drops them
 SETTINGS = {"deadline": None, "derandomize": True, "database": None, "phases": PHASES,
             "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large,
                                       HealthCheck.filter_too_much]}
@@ -100,7 +101,7 @@ def _spread(draw: st.DrawFn, d: int, deployments: int, *, hard_only: bool) -> di
         "maxSkew": draw(st.integers(1, 2)), "topologyKey": draw(st.sampled_from([ZONE, HOST])),
         "whenUnsatisfiable": "DoNotSchedule" if hard else "ScheduleAnyway",
         "labelSelector": {"matchLabels": _pod_selector(draw, d, deployments, running=False)}}
-    if hard and draw(st.integers(0, 2)) == 0:
+    if hard and draw(st.integers(0, 2)) == 2:
         constraint["minDomains"] = draw(st.integers(2, 4))
     return constraint
 
@@ -110,7 +111,7 @@ def _host_port(draw: st.DrawFn) -> dict[str, Any]:
     host_ip = draw(st.sampled_from([None, "0.0.0.0", "10.0.0.1", "10.0.0.2"]))
     if host_ip:
         port["hostIP"] = host_ip
-    if draw(st.integers(0, 3)) == 0:
+    if draw(st.integers(0, 3)) == 3:
         port["protocol"] = "UDP"
     return port
 
@@ -235,7 +236,7 @@ def daemonset(*, port: bool) -> dict[str, Any]:
 def _with_node_limit(draw: st.DrawFn, pools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Sometimes cap a pool's node count too (``base.pools`` draws cpu limits)."""
     for p in pools:
-        if draw(st.integers(0, 4)) == 0:
+        if draw(st.integers(0, 4)) == 4:
             p["spec"].setdefault("limits", {})["nodes"] = str(draw(st.integers(1, 3)))
     return pools
 
@@ -355,9 +356,9 @@ def tiny_clusters(draw: st.DrawFn) -> Tiny:
     types = draw(st.lists(st.sampled_from(TINY_TYPES), min_size=1, max_size=4, unique=True))
     zones = ZONES[:draw(st.integers(2, 3))]
     limits: dict[str, str] = {}
-    if draw(st.integers(0, 3)) == 0:
+    if draw(st.integers(0, 3)) == 3:
         limits = draw(st.sampled_from([{"cpu": "4"}, {"cpu": "8"}, {"nodes": "1"}, {"nodes": "2"}]))
-    taints = [base.TAINT] if draw(st.integers(0, 3)) == 0 else None
+    taints = [base.TAINT] if draw(st.integers(0, 3)) == 3 else None
     objects: list[dict[str, Any]] = [nodepool("pool-0", limits=limits or None, taints=taints)]
     nodes = draw(existing_nodes(["pool-0"], zones, max_nodes=1))
     objects += nodes
@@ -370,7 +371,7 @@ def tiny_clusters(draw: st.DrawFn) -> Tiny:
         objects += [o for o in w.volumes if o["kind"] == "PersistentVolume"
                     or o["metadata"]["name"] in claims] + take
         pods += len(take)
-    if draw(st.integers(0, 3)) == 0:
+    if draw(st.integers(0, 3)) == 3:
         objects.append(daemonset(port=draw(st.booleans())))
     return Tiny(objects, types, zones)
 
