@@ -2,7 +2,10 @@
 
 Wall time includes loading the snapshot file. Every plan is checked by the verifier; ``plan/bound`` is the
 plan's cost over its certified lower bound, ``plan/greedy`` over Karpenter's first-fit-decreasing;
-``verify s`` is the verifier's own time on the plan (not part of ``wall s``).
+``verify s`` is the verifier's own time on the plan (not part of ``wall s``). ``replay``
+(``solver/verify/replay.py``) binds each plan's pods one at a time as the kube-scheduler's filters would, in
+the planned order and ``--replay-orders`` random ones: orders stranding a pod / orders tried, the most pods one
+order strands, and how many of those no retry binds ("never"); not part of ``wall s`` either.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Every NodeClaim records the UIDs of the pods it was planned for (annotation ``nodeplan.io/pods``). While a
 NodeClaim is in flight (not yet initialized, or initialized less than ``bind_grace`` ago) its pods are
 *covered*: they are left out of the next batch and shown to the solver as already bound to its node, Node
-object or not, so the solver sees the claim as capacity (``solver.inflight``) with their room taken. Pods a
+object or not, so the solver sees the claim as capacity (``model.inflight``) with their room taken. Pods a
 later plan puts into the room left on an in-flight claim are added to its annotation, and covered the same way.
 A restarted controller reads the same annotations back from the API server, so it never launches twice for the
 same pods.
@@ -218,7 +218,7 @@ class Provisioner:
             claim = covered.get((pod.get("metadata") or {}).get("uid", ""))
             if claim is not None:
                 # already placed on its claim's node, whether that Node has joined yet or not: the solver counts
-                # an in-flight NodeClaim as capacity (``solver.inflight``), less what these pods will take
+                # an in-flight NodeClaim as capacity (``model.inflight``), less what these pods will take
                 reserved = copy.deepcopy(pod)
                 reserved.setdefault("spec", {})["nodeName"] = node_of[claim]
                 pods.append(reserved)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,8 +81,36 @@ def _object_name(obj: Mapping[str, Any]) -> str:
     return f"{obj.get('kind', '?')} {namespace + '/' if namespace else ''}{name}"
 
 
+class Documents(list[Any]):
+    """A file's objects, ``List`` items flattened, with where each one came from (``origins[i]``: "document 2",
+    "document 1, item 5"), so an error about two objects can name both."""
+
+    def __init__(self, items: Sequence[Any] = (), origins: Sequence[str] = ()) -> None:
+        super().__init__(items)
+        self.origins = list(origins)
+
+
+def _origin(objects: Iterable[Any], index: int) -> str:
+    origins = getattr(objects, "origins", None)
+    return origins[index] if origins is not None and index < len(origins) else f"document {index + 1}"
+
+
+#: kinds nodeplan reads that are cluster-scoped (their identity is the name alone)
+CLUSTER_SCOPED = frozenset({"Node", "NodePool", "NodeClaim", "Namespace", "PersistentVolume", "StorageClass",
+                            "CSINode", "DeviceClass", "ResourceSlice"})
+
+
+def _identity(kind: str, obj: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(kind, namespace, name) as the API server keys objects (a namespaced object without a namespace is
+    in ``default``, as ``kubectl apply`` puts it)."""
+    meta = obj["metadata"]
+    namespace = "" if kind in CLUSTER_SCOPED else str(meta.get("namespace") or "default")
+    return kind, namespace, str(meta["name"])
+
+
 def read_documents(path: Path) -> list[Any]:
-    """Every top-level document of a YAML stream or JSON file (``List`` objects are flattened)."""
+    """Every top-level document of a YAML stream or JSON file (``List`` objects are flattened); the result
+    is ``Documents``, which remembers each object's document (and List item)."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -103,13 +131,16 @@ def read_documents(path: Path) -> list[Any]:
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise InputError(f"malformed YAML{where}: {problem}", file=str(path)) from None
     out: list[Any] = []
-    for doc in docs:
+    origins: list[str] = []
+    for number, doc in enumerate(docs, start=1):
         if isinstance(doc, Mapping) and isinstance(doc.get("items"), list) and (
                 doc.get("kind") == "List" or str(doc.get("kind", "")).endswith("List")):
             out.extend(doc["items"])
+            origins.extend(f"document {number}, item {i}" for i in range(1, len(doc["items"]) + 1))
         else:
             out.append(doc)
-    return out
+            origins.append(f"document {number}")
+    return Documents(out, origins)
 
 
 def _parse_nodepool(raw: Mapping[str, Any]) -> NodePool:
@@ -130,11 +161,13 @@ _PARSERS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
 
 
 def parse_objects(objects: Iterable[Any], *, source: str) -> Snapshot:
-    """Build a Snapshot from Kubernetes objects; unknown kinds are skipped with a warning."""
+    """Build a Snapshot from Kubernetes objects; unknown kinds are skipped with a warning. Two objects of
+    one kind it reads with one namespace/name are an input error naming both (the API server holds one)."""
     buckets: dict[str, list[Any]] = {kind: [] for kind in _PARSERS}
     raw: list[dict[str, Any]] = []
     warnings: list[str] = []
     skipped: dict[str, int] = {}
+    seen: dict[tuple[str, str, str], int] = {}
     for index, obj in enumerate(objects):
         if not isinstance(obj, Mapping):
             raise InputError(f"document {index + 1} is not a Kubernetes object", file=source)
@@ -144,6 +177,12 @@ def parse_objects(objects: Iterable[Any], *, source: str) -> Snapshot:
         name = _object_name(obj)
         if not isinstance(obj.get("metadata"), Mapping) or not obj["metadata"].get("name"):
             raise InputError("object has no name", file=source, obj=name, field="metadata.name")
+        identity = _identity(kind, obj)
+        if identity in seen and (kind in _PARSERS or kind in RAW_KINDS):  # kinds it skips may repeat
+            first, namespace = _origin(objects, seen[identity]), f"{identity[1]}/" if identity[1] else ""
+            raise InputError(f"defined twice, in {first} and {_origin(objects, index)} (one object per kind and "
+                             "namespace/name)", file=source, obj=f"{kind} {namespace}{identity[2]}")
+        seen[identity] = index
         if kind in _PARSERS:
             try:
                 buckets[kind].append(_PARSERS[kind](obj))

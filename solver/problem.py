@@ -98,7 +98,7 @@ def existing_capacity(snapshot: Snapshot) -> list[ExistingCapacity]:
         if pod.node_name and not pod.terminal:
             bound.setdefault(pod.node_name, []).append(pod)
     out = []
-    for view in node_views(snapshot):  # in-flight NodeClaims included: ``solver.inflight``
+    for view in node_views(snapshot):  # in-flight NodeClaims included: ``model.inflight``
         node = view.node
         if node.unschedulable or node.deleting or not node.ready:
             continue

@@ -7,10 +7,9 @@ import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from model import labels as wk
 from model.affinity import HostPort
 from model.instancetype import InstanceType, Offering
-from model.nodepool import NodePool
+from model.nodepool import NodePool, launched_labels
 from model.resources import Resources
 from model.snapshot import Snapshot
 from model.taints import Taint
@@ -106,14 +105,8 @@ def _custom_label_choices(pool: NodePool, fixed: dict[str, str], classes: Sequen
 
 
 def node_labels(pool: NodePool, instance_type: InstanceType, offering: Offering) -> dict[str, str]:
-    """Labels a launched node carries before custom requirement values are chosen."""
-    return {
-        **instance_type.labels,
-        **pool.labels,
-        wk.ZONE: offering.zone,
-        wk.CAPACITY_TYPE: offering.capacity_type,
-        wk.NODEPOOL: pool.name,
-    }
+    """Labels a launched node carries before custom requirement values are chosen (``model.nodepool``)."""
+    return launched_labels(pool, instance_type, offering.zone, offering.capacity_type)
 
 
 def build_templates(snapshot: Snapshot, classes: Sequence[PodClass]) -> list[NodeTemplate]:

@@ -13,16 +13,15 @@ from model.node import Node
 from model.pod import Pod
 from model.resources import Resources
 from model.taints import Taint
-from model.workload import DaemonSet
+from model.workload import DaemonSet, daemon_pods
 from solver.rules.base import Rule
 
 
 def daemon_overhead(daemonsets: Iterable[DaemonSet], labels: Mapping[str, str],
                     taints: Sequence[Taint]) -> Resources:
     total = Resources()
-    for ds in daemonsets:
-        if ds.runs_on(labels, taints):
-            total = total + ds.pod.requests
+    for pod in daemon_pods(daemonsets, labels, taints):
+        total = total + pod.requests
     return total
 
 

@@ -1,29 +1,51 @@
 """Domain-level pod rules on any topology key but the hostname, decided before packing by pinning pods.
 
 A *domain* is a value of the topology key (a zone, a region, a rack label); Kubernetes checks spread and
-self-(anti-)affinity against matching-pod counts per domain. Each such group of pods is turned into a
-per-domain quota first, then every pod is pinned to its domain (a zone pin, or a ``key In [value]`` rule
-term), so every later stage keeps the rule without knowing it. Domains are the values the nodes the
-plan could use carry (templates and existing nodes the pod's node affinity accepts), so a key no template
-or node carries gives no domain and the pod nowhere to go (Kubernetes: a node without the key fails a
-DoNotSchedule constraint). The quota is chosen, not optimised: a cheaper split may exist when domain
-prices differ (the KWOK catalog's zones do not).
+self-(anti-)affinity against matching-pod counts per domain. Each group of pods a rule relates is dealt
+to domains first, every pod pinned to its domain (a zone pin, or a ``key In [value]`` rule term) or kept
+out of some (``key NotIn``), so every later stage keeps the rule without knowing it. The split is chosen,
+not optimised: a cheaper one may exist when domain prices differ (the KWOK catalog's zones do not).
 
-Hard (one pin per pod; the first rule that groups it, zone rules first). Each hard rule's group is planned
-once, whether or not the pod carrying it is already pinned (a constraint counts the pods its selector matches,
-not its carrier); matching pods an earlier group pinned on the same key count in their domain:
-- DoNotSchedule spread: the group (pending pods the selector matches, running ones counted) is
-  water-filled across the domains, so final counts differ by at most one — within any maxSkew ≥ 1.
-  With ``minDomains`` above the domains available each domain holds at most maxSkew (the global minimum
-  then counts as 0).
-- Required anti-affinity to its own pods: one pod per domain, none where a matching pod already runs.
-- Required affinity to its own pods: all in the domain holding most matching pods, or for the first
-  ones the first eligible domain (Kubernetes lets the first pod of the group go anywhere).
+Which domains exist — the semantics followed, and where it differs from Karpenter:
+- *Counted* (spread's global minimum and ``minDomains``): Kubernetes' rule, on the final state. A domain
+  counts for a pod's constraint when a *node* in it passes the pod's own nodeSelector / required node
+  affinity (``nodeAffinityPolicy: Honor``, the default; ``Ignore`` counts every node with the key) and,
+  with ``nodeTaintsPolicy: Honor``, its taints are tolerated. Existing nodes count whether or not a pod
+  may join them (cordoned, full, tainted); a template counts only once a node is launched from it, which
+  happens when the group's pods are pinned there or another pending pod could open it (then it is
+  counted at 0, conservatively). Karpenter instead counts every domain a NodePool offers that the pod's
+  requirements allow, so a zone whose offerings are all too small for the pod would hold its spread at
+  0 there; here such a zone is no domain (no node in it can hold the pod, none will be launched for it).
+- *Usable* (where a pod may be pinned): nodes the pod (with what earlier rules derived) accepts,
+  tolerates, and fits on — a template whose allocatable after DaemonSets holds its requests (any number
+  launch), or an existing node with that much free room (only as much as is free: existing-only domains
+  fill up, and their count then bounds the others).
+A key no usable node carries gives the pod nowhere to go (Kubernetes: a node without the key fails a
+DoNotSchedule constraint).
+
+Hard (one pin per pod; the first rule that groups it, zone rules first). Each hard rule's group is every
+pending pod its selector matches, planned once whether or not the pod carrying it is already pinned (a
+constraint counts the pods it matches, not its carrier); matching pods an earlier group pinned on the same
+key count in their domain. Pods that match but do not carry the rule keep their own selection:
+- DoNotSchedule spread: matching pods without the constraint count where they land: each is pinned within
+  its own reach (lowest domain first) on nodes the constraint counts, or left alone when it can only land
+  where it is not counted. Carriers then go lowest-first, most constrained first, each only where its
+  domain stays within maxSkew of the global minimum (0 while fewer than minDomains domains are sure to
+  exist), so full existing-only domains and counted domains the carrier cannot use cap the others.
+- Required anti-affinity to its own pods: one carrier per domain, none where a matching pod runs or is
+  pinned, or where a rule-free matching pod can only land; rule-free matching pods get ``NotIn`` the
+  carriers' domains (anti-affinity is symmetric) and may share a domain with each other. A carrier never
+  takes a rule-free pod's last domain.
+- Required affinity to its own pods: all carriers in one home that can hold them (most matching pods,
+  then room for most of the group — capacity, NodePool zones, an instance type large enough — then
+  name). Rule-free matching pods join it when they can; a lone carrier needs one beside it when any
+  exists (Kubernetes lets the first pod go anywhere only while no other matching pod exists).
 - Required affinity to pending pods of another workload, none running: the owners join the domain
-  where most of those pods are pinned, or both are pinned to the first domain both may use
+  where most of those pods are pinned, or both are pinned to a domain both may use and that holds them
   (valid as long as the selected pods land; the verifier checks the final state).
+Every pin assumes the pinned pods land; a pod left pending by capacity lowers its domain's count.
 
-Soft (the same quotas, but each pod only *prefers* its domain: a preferred term of weight
+Soft (the same split, but each pod only *prefers* its domain: a preferred term of weight
 ``SOFT_TOPOLOGY_WEIGHT`` scored by ``rules.preferences``, so ``Respect`` keeps it unless impossible):
 - ScheduleAnyway spread, as if DoNotSchedule (water-fill);
 - preferred anti-affinity to its own pods (water-fill: fewest matching pods per domain, the sum
@@ -159,6 +181,7 @@ class _Planner:
         self.blocked = set(blocked)
         self.landing = {p.key: p for p in landing}
         self.rules = {pod.key: domain_rules(pod) for pod in pending}
+        self.carries = {key: set(rules) for key, rules in self.rules.items()}
         self.result = DomainPlan()
         #: pods no later group may pin (pinned, refused, or left to node selection)
         self.settled: set[str] = set()
@@ -167,6 +190,9 @@ class _Planner:
         self._reach: dict[object, _Reach] = {}
         self._counted: dict[object, dict[str, bool]] = {}
         self._shapes: dict[str, tuple[object, ...]] = {}
+        self._usable: dict[tuple[object, ...], list[int]] = {}
+        self._views: dict[tuple[DomainRule, str], tuple[object, ...]] = {}
+        self._reach_of: dict[str, dict[str, _Reach]] = {}
 
     # -- where pods can go ------------------------------------------------------------------------------
 
@@ -181,15 +207,35 @@ class _Planner:
             self._shapes[pod.key] = (landing.node_requirements(), landing.tolerations, landing.requests)
         return self._shapes[pod.key]
 
-    def _usable_nodes(self, pod: Pod) -> list[DomainNode]:
-        """The nodes the pod may land on and fits on (its node requirements worked out once)."""
-        requirements = self.shape(pod)[0]
-        assert isinstance(requirements, tuple)
-        return [node for node in self.nodes if node.schedulable and (node.room is None or pod.requests.fits_in(
-            node.room)) and any(r.matches(node.labels) for r in requirements)
-            and not untolerated(pod.tolerations, node.taints)]
+    def _usable_nodes(self, pod: Pod) -> list[int]:
+        """The nodes (by index) the pod may land on and fits on, memoised per pod shape."""
+        shape = self.shape(pod)
+        if shape not in self._usable:
+            requirements, tolerations, requests = shape
+            assert isinstance(requirements, tuple) and isinstance(requests, Resources)
+            fits: dict[Resources, bool] = {}
+            out = []
+            for i, node in enumerate(self.nodes):
+                if not node.schedulable or not any(r.matches(node.labels) for r in requirements):
+                    continue
+                if node.room is not None:
+                    if node.room not in fits:
+                        fits[node.room] = requests.fits_in(node.room)
+                    if not fits[node.room]:
+                        continue
+                if not untolerated(tolerations, node.taints):  # type: ignore[arg-type]
+                    out.append(i)
+            self._usable[shape] = out
+        return self._usable[shape]
 
     def reach(self, pod: Pod, key: str) -> _Reach:
+        """Where the pod can land on ``key`` (memoised per pod, and per pod shape)."""
+        mine = self._reach_of.setdefault(pod.key, {})
+        if key not in mine:
+            mine[key] = self._shape_reach(pod, key)
+        return mine[key]
+
+    def _shape_reach(self, pod: Pod, key: str) -> _Reach:
         memo = (key, *self.shape(pod))
         pod = self.lands(pod)
         if memo not in self._reach:
@@ -197,9 +243,8 @@ class _Planner:
             launchable: set[str] = set()
             hosts: dict[str, list[int]] = {}
             keyless = False
-            index = {id(node): i for i, node in enumerate(self.nodes)}
-            for node in self._usable_nodes(pod):
-                i = index[id(node)]
+            for i in self._usable_nodes(pod):
+                node = self.nodes[i]
                 if key not in node.labels:
                     keyless = True
                     continue
@@ -213,10 +258,13 @@ class _Planner:
                                        {d: tuple(v) for d, v in hosts.items()}, keyless)
         return self._reach[memo]
 
-    @staticmethod
-    def _view(rule: DomainRule, viewer: Pod) -> tuple[object, ...]:
-        return (rule.key, rule.affinity_honoured and viewer.node_requirements(),
-                rule.taints_honoured and viewer.tolerations)
+    def _view(self, rule: DomainRule, viewer: Pod) -> tuple[object, ...]:
+        """What decides which nodes ``viewer``'s constraint counts (memoised per rule and viewer)."""
+        memo = (rule, viewer.key)
+        if memo not in self._views:
+            self._views[memo] = (rule.key, rule.affinity_honoured and viewer.node_requirements(),
+                                 rule.taints_honoured and viewer.tolerations)
+        return self._views[memo]
 
     @staticmethod
     def counts_node(rule: DomainRule, viewer: Pod, node: DomainNode, requirements: Sequence[Requirements]) -> bool:
@@ -248,7 +296,7 @@ class _Planner:
             counted: dict[str, bool] = {}
             loose: set[str] = set()
             requirements = viewer.node_requirements()
-            for node in self._usable_nodes(landing):
+            for node in map(self.nodes.__getitem__, self._usable_nodes(landing)):
                 if rule.key not in node.labels:
                     continue
                 domain = node.labels[rule.key]
@@ -306,6 +354,7 @@ class _Planner:
         landing = self.lands(pod)
         self.landing[pod.key] = landing.model_copy(update={"rule_terms": (*landing.rule_terms, (term,))})
         self._shapes.pop(pod.key, None)
+        self._reach_of.pop(pod.key, None)
 
     def pins_on(self, key: str, pods: Sequence[Pod]) -> list[str]:
         return [self.result.pins[p.key][1] for p in pods if p.key in self.result.pins
@@ -322,9 +371,8 @@ class _Planner:
             if rule.key not in labels or other.namespace != viewer.namespace or not rule.selector.matches(other.labels):
                 continue
             if rule.kind == "topology spread" and (
-                    (rule.affinity_honoured and not any(r.matches(labels) for r in requirements)) or (rule.taints_honoured and
-                                                                                      untolerated(viewer.tolerations,
-                                                                                                  self._taints(labels)))):
+                    (rule.affinity_honoured and not any(r.matches(labels) for r in requirements))
+                    or (rule.taints_honoured and untolerated(viewer.tolerations, self._taints(labels)))):
                 continue
             counts[labels[rule.key]] = counts.get(labels[rule.key], 0) + 1
         return counts
@@ -349,7 +397,7 @@ def _plan_soft(pl: _Planner, pod: Pod, rule: DomainRule, done: set[tuple[str, Do
     """A preference: only the pods that carry it care where they land; each prefers its share (spread and
     anti-affinity water-filled, affinity one home domain)."""
     group = [p for p in pl.pending if (p.key, rule) not in done and p.namespace == pod.namespace
-             and rule in pl.rules[p.key]]
+             and rule in pl.carries[p.key]]
     done.update((p.key, rule) for p in group)
     domains = pl.reach(pod, rule.key).domains
     if not domains:
@@ -377,14 +425,14 @@ def _home(pl: _Planner, pods: Sequence[Pod], key: str, domains: Sequence[str], c
 def _plan_hard(pl: _Planner, pod: Pod, rule: DomainRule) -> None:
     """A hard rule's group: every pending pod its selector matches, whether it carries the rule or not (a
     constraint counts the pods it matches); matching pods an earlier group pinned on the key count there."""
-    matching = [p for p in pl.pending if p.key not in pl.blocked and p.namespace == pod.namespace
-                and rule.selector.matches(p.labels)]
+    matching = [p for p in pl.pending if p.namespace == pod.namespace and rule.selector.matches(p.labels)
+                and p.key not in pl.blocked]
     counts = pl.running_counts(rule, pod)
     for domain in pl.pins_on(rule.key, [p for p in matching if p.key in pl.settled]):
         counts[domain] = counts.get(domain, 0) + 1
     free = [p for p in matching if p.key not in pl.settled]
-    carriers = [p for p in free if rule in pl.rules[p.key]]
-    others = [p for p in free if rule not in pl.rules[p.key]]
+    carriers = [p for p in free if rule in pl.carries[p.key]]
+    others = [p for p in free if rule not in pl.carries[p.key]]
     for carrier in list(carriers):
         reach = pl.reach(carrier, rule.key)
         if reach.domains:
@@ -502,8 +550,12 @@ def _spread_refusal(pl: _Planner, rule: DomainRule, carrier: Pod, reach: _Reach,
     closed = sorted(d for d in floor.domains if floor.counts.get(d, 0) == floor.low
                     and not pl.has_room(carrier, reach, d))
     if closed:
+        full = [d for d in closed if d in reach.domains]
+        why = "no room is left there" if len(full) == len(closed) else (
+            "its node selection or taints keep it out" if not full else "it may not or cannot fit there")
+        rest = ", ".join(d for d in reach.domains if d not in closed) or "no other"
         return (f"{rule.describe()}: {noun} {', '.join(closed)} count towards the skew but it cannot land there "
-                f"(not allowed or no room), which caps {names} at maxSkew {rule.max_skew} above their count")
+                f"({why}), which caps {rest} at maxSkew {rule.max_skew} above their count")
     return f"{rule.describe()}: no room left for it among {noun} {names} (matching pods already running counted)"
 
 

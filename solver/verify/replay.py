@@ -1,13 +1,17 @@
 """Bind-order replay: does a ProvisioningPlan survive the kube-scheduler binding its pods one at a time?
 
 The verifier checks a plan's final state. The kube-scheduler never sees that state: it binds pending pods one
-by one, and each bind passes its *filters* against the pods bound so far. Zone topology spread is the rule
-where this differs: final counts 2/2 are fine, yet once the first pod binds in zone a, a second pod planned
-in zone a is refused until zone b has one (skew 2 > maxSkew 1 at that moment).
+by one, and each bind passes its *filters* against the pods bound so far. Filters that only tighten as pods
+bind (resources, host ports, anti-affinity, node selection) accept at every step what they accept finally;
+two do not. Topology spread: final counts 2/2 are fine, yet once a pod binds in zone a, a second pod planned
+in zone a is refused until zone b has one (skew 2 > maxSkew 1 at that moment). Required pod affinity: a
+self-affine group split over two nodes is valid finally, but once its first pod binds, the other node has
+no matching pod and never gets one.
 
 ``replay`` binds the plan's pods in the planned order (the plan's listing: claims, then existing nodes) and in
 random orders. Each pod goes to its planned node when the filters accept it there, else to the first node by
-name that accepts it (new claims and existing nodes alike), else it is *stranded* at its turn. A stranded pod
+name that accepts it (new claims and existing nodes alike: a deterministic stand-in for the scheduler's
+scoring), else it is *stranded* at its turn. A stranded pod
 is retried after the order's pass, until no retry binds (the scheduler requeues unschedulable pods when pods
 bind); the ones still without a node are *never bound*. Filters, as kube-scheduler runs them:
 
