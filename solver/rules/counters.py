@@ -78,13 +78,6 @@ class NodeCounter:
         return max(self.new_capacity - matching, 0)
 
 
-def build_counters(classes: Sequence[PodClass],
-                   namespace_labels: Mapping[str, dict[str, str]] | None = None) -> list[NodeCounter]:
-    """Every per-node counter of the batch, in axis order (each rule family builds its own)."""
-    return (anti_affinity_counters(classes, namespace_labels) + host_port_counters(classes)
-            + spread_counters(classes))
-
-
 def _pods(classes: Sequence[PodClass], indices: Sequence[int]) -> int:
     return sum(len(classes[k].pods) for k in indices)
 
@@ -124,37 +117,6 @@ def anti_affinity_counters(classes: Sequence[PodClass],
         uses = {k: heavy for k in owners} | {k: 1 for k in selected}
         counters.append(NodeCounter(name=f"repel:{namespace}/{len(counters)}", uses=uses, new_capacity=heavy))
     counters.extend(_cross_class(classes, others, namespace_labels, counters))
-    return counters
-
-
-def _port_groups(classes: Sequence[PodClass]) -> dict[tuple[str, int], dict[str, list[int]]]:
-    """(protocol, port) → host IP ("" for every address) → the classes binding it, in class order."""
-    groups: dict[tuple[str, int], dict[str, list[int]]] = {}
-    for c in classes:
-        for port in c.representative.host_ports:
-            ip = "" if port.host_ip in WILDCARD_IPS else port.host_ip
-            users = groups.setdefault((port.protocol, port.port), {}).setdefault(ip, [])
-            if c.index not in users:
-                users.append(c.index)
-    return groups
-
-
-def host_port_counters(classes: Sequence[PodClass]) -> list[NodeCounter]:
-    """Host ports as Kubernetes' NodePorts filter sees them (see the module docstring): per (protocol,
-    port) a counter per specific address (its binders and the every-address binders) and one for the
-    every-address binders, each of capacity 1."""
-    counters: list[NodeCounter] = []
-    for (protocol, number), by_ip in _port_groups(classes).items():
-        wildcard = by_ip.get("", [])
-        if wildcard:
-            counters.append(NodeCounter(name=f"hostPort:{protocol}/{number}", uses=dict.fromkeys(wildcard, 1),
-                                        new_capacity=1, port=(protocol, number),
-                                        probe=HostPort(port=number, protocol=protocol)))
-        for ip in sorted(ip for ip in by_ip if ip):
-            users = dict.fromkeys(by_ip[ip], 1) | dict.fromkeys(wildcard, 1)
-            counters.append(NodeCounter(name=f"hostPort:{protocol}/{number}@{ip}", uses=users, new_capacity=1,
-                                        port=(protocol, number), probe=HostPort(port=number, protocol=protocol,
-                                                                                host_ip=ip)))
     return counters
 
 

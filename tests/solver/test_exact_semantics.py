@@ -27,6 +27,7 @@ from model.affinity import HostPort
 from model.plan import ProvisioningPlan
 from solver.classes import build_classes
 from solver.rules import counters
+from solver.rules.ports import host_port_counters
 from tests.conftest import snapshot_of, solve_verified
 
 ZONE = "topology.kubernetes.io/zone"
@@ -84,6 +85,21 @@ def test_pods_matched_by_another_workloads_zone_spread_keep_their_own_node_selec
     assert _count(where, "default/b-") == {"test-zone-d": 2}
     everyone = _count(where, "default/")
     assert max(everyone.values()) - min(everyone.values()) <= 1 and len(everyone) == 4
+
+
+def test_matched_pods_on_nodes_the_constraint_does_not_count_are_neither_counted_nor_pinned() -> None:
+    # nodeAffinityPolicy Honor (the default): a's constraint counts pods on nodes a's own nodeSelector accepts
+    # only, so the b pods on team=y nodes in zone d do not count and a spreads one per zone
+    objects = [linux_pool("x", labels={"team": "x"}), linux_pool("y", labels={"team": "y"})]
+    objects += [pod(f"a-{i}", labels={"app": "a", **WEB}, owner="a",
+                    spec_extra=_spread(WEB) | {"nodeSelector": {"team": "x"}}) for i in range(4)]
+    objects += [pod(f"b-{i}", labels={"app": "b", **WEB}, owner="b",
+                    spec_extra={"nodeSelector": {"team": "y", ZONE: "test-zone-d"}}) for i in range(3)]
+    plan = solve_verified(snapshot_of(objects)).plan
+    assert plan.unschedulable == []
+    where = _where(plan)
+    assert _count(where, "default/a-") == dict.fromkeys(("test-zone-a", "test-zone-b", "test-zone-c", "test-zone-d"), 1)
+    assert _count(where, "default/b-") == {"test-zone-d": 3}
 
 
 def test_pods_matched_by_another_workloads_zone_anti_affinity_keep_their_own_node_selector() -> None:
@@ -181,7 +197,7 @@ def test_a_wildcard_host_port_clashes_with_every_address_and_counters_match_conf
     assert homes["default/any"] != homes["default/one"] and len(plan.node_claims) == 2  # udp joins either
     # the counters keep two classes apart exactly when ``HostPort.conflicts`` says they clash
     classes = build_classes(snapshot_of(objects).pending_pods())
-    built = counters.host_port_counters(classes)
+    built = host_port_counters(classes)
     for a in classes:
         for b in classes:
             if a.index < b.index:
@@ -191,7 +207,7 @@ def test_a_wildcard_host_port_clashes_with_every_address_and_counters_match_conf
 
 
 def test_a_daemon_on_one_address_leaves_the_node_open_to_another_address() -> None:
-    counter = next(c for c in counters.host_port_counters(build_classes(snapshot_of(
+    counter = next(c for c in host_port_counters(build_classes(snapshot_of(
         [pod("two", spec_extra=_binds("10.0.0.2"))]).pending_pods())))
     daemon = snapshot_of([pod("d", spec_extra=_binds("10.0.0.1"))]).pods[0]
     wildcard = snapshot_of([pod("w", spec_extra=_binds("0.0.0.0"))]).pods[0]
@@ -237,7 +253,7 @@ def test_conservative_names_the_counters_stricter_than_kubernetes() -> None:
                 for i in range(2)]
     objects += [pod(f"y-{i}", labels={"app": "y"}, owner="y") for i in range(3)]
     classes = build_classes(snapshot_of(objects).pending_pods(), frozenset({"app", "tier"}))
-    built = counters.build_counters(classes)
+    built = counters.anti_affinity_counters(classes) + counters.spread_counters(classes)
     notes = counters.conservative(classes, built)
     spread = [n for n in notes if n.startswith("spread:")]
     assert len(spread) == 1 and "default/b" in spread[0] and "maxSkew 2" in spread[0]
