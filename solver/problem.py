@@ -69,6 +69,8 @@ class Problem:
     unmodelled: list[str] = field(default_factory=list)
     #: where an encoding is stricter than Kubernetes: a proof of optimality holds for that stricter model
     conservative: list[str] = field(default_factory=list)
+    #: the same notes by family name: a lower bound drops exactly these families (``Rule.relaxable``)
+    conservative_by: dict[str, list[str]] = field(default_factory=dict)
 
     def selection_labels_ok(self, c: int, t: int) -> bool:
         """Labels only (no taints): used to tell a person which rule refused a pod."""
@@ -133,7 +135,11 @@ def compile_problem(snapshot: Snapshot, pods: list[Pod] | None = None, rules: Se
     for rule in rules:
         rule.score(batch, problem)
     problem.unmodelled = [note for rule in rules for note in rule.unmodelled(batch, classes, counters)]
-    problem.conservative = [note for rule in rules for note in rule.conservative(batch, classes, counters)]
+    for rule in rules:
+        notes = rule.conservative(batch, classes, counters)
+        if notes:
+            problem.conservative_by[rule.name] = notes
+    problem.conservative = [note for notes in problem.conservative_by.values() for note in notes]
     return problem
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -61,6 +61,7 @@ RESERVE_PER_POD = 1e-4
 FINISH_SHARE = 0.25
 #: above this many pattern × class pairs the pattern master is not built (20,000 diverse pods: 2.8 M)
 MASTER_MAX_TERMS = 1_000_000
+
 
 
 @dataclass(frozen=True)
@@ -387,11 +388,13 @@ class _Run:
         if self.problem.conservative:
             if status == "OPTIMAL":
                 status, stats.optimality = "FEASIBLE", "conservative model"
+            left_out = {p.key for p in placement.unschedulable}
             with stats.stage("relaxed bound"):
-                left_out = {p.key for p in placement.unschedulable}
-                relaxed = relaxed_bound(self.problem.snapshot, {p.key for p in self.problem.snapshot.pending_pods()
-                                                                if p.key not in left_out})
-            stats.bound_method = "resource-share bound on a relaxation of the families stricter than Kubernetes"
+                relaxed = relaxed_bound(self.problem.snapshot, {
+                    p.key for p in self.problem.snapshot.pending_pods() if p.key not in left_out},
+                    self.problem.conservative_by)
+            stats.bound_method = ("lower bound on a relaxation without the families stricter than Kubernetes ("
+                                  + ", ".join(sorted(self.problem.conservative_by)) + ")")
             reported, stats.lp_bound = min(reported, relaxed), None
         elif status == "OPTIMAL":
             stats.optimality = "kubernetes"
@@ -428,14 +431,18 @@ def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResul
     return _result(problem, run.placement, greedy, bound, status, started, options, stats)
 
 
-def relaxed_bound(snapshot: Snapshot, scheduled: set[str]) -> float:
+def relaxed_bound(snapshot: Snapshot, scheduled: set[str], stricter: Collection[str] | None = None) -> float:
     """A lower bound (micro-units) that holds under Kubernetes' own rules: the resource-share bound over
-    the ``scheduled`` pending pods, compiled with the exact families only (``Rule.relaxable`` ones dropped,
-    which can only make the optimum cheaper)."""
+    the ``scheduled`` pending pods, compiled without the families whose encoding is stricter than
+    Kubernetes (``stricter``, by name; every ``Rule.relaxable`` one when not known). Dropping pod-to-pod
+    rules can only make the optimum cheaper; the exact ones (counters included) keep the bound tight."""
     pods = [p for p in snapshot.pending_pods() if p.key in scheduled]
-    relaxed = compile_problem(snapshot, pods, rules=[r for r in RULES if not r.relaxable])
+    relaxed = compile_problem(snapshot, pods, rules=[r for r in RULES if not (
+        r.relaxable and (stricter is None or r.name in stricter))])
     bins = build_bins(relaxed)
-    return share_bound(bins, relaxed.sizes, relaxed.demand) if bins else 0.0
+    if not bins:
+        return 0.0
+    return share_bound(bins, relaxed.sizes, relaxed.demand)
 
 
 def _dive(problem: Problem, bins: list[Bin], cg: ColumnGenerationResult, demand: np.ndarray,
