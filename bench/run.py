@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -62,27 +63,27 @@ def _row(scenario: str, catalog_name: str, pods: int, wall: float, snapshot: Sna
             f"{verify_seconds:.2f}", "ok" if not violations else f"{len(violations)} violations"]
 
 
-def run_diverse(catalog_name: str, pods: int, time_limit: float, seed: int, workdir: Path) -> list[str]:
-    """Karpenter's diverse mix (``bench/diverse.py``) on its 400-type catalog or the KWOK catalog."""
+def _run_mix(scenario: str, objects: list[dict[str, Any]], catalog_name: str, pods: int, time_limit: float,
+             workdir: Path) -> list[str]:
+    """One generated mix on Karpenter's 400-type catalog or the KWOK catalog: write, load, solve, row."""
     catalog = karpenter_benchmark_catalog() if catalog_name == "karpenter-400" else catalogs()["kwok"]
-    path = workdir / f"diverse-{catalog_name}-{pods}.yaml"
-    path.write_text(yaml.safe_dump(as_list(diverse_objects(pods, seed)), sort_keys=False))
+    path = workdir / f"{scenario}-{catalog_name}-{pods}.yaml"
+    path.write_text(yaml.safe_dump(as_list(objects), sort_keys=False))
     started = time.monotonic()
     snapshot = load_snapshot(path).with_catalog(catalog)
     result = solve(snapshot, SolveOptions(time_limit=time_limit, started_at=started))
-    return _row("diverse", catalog_name, pods, time.monotonic() - started, snapshot, result)
+    return _row(scenario, catalog_name, pods, time.monotonic() - started, snapshot, result)
+
+
+def run_diverse(catalog_name: str, pods: int, time_limit: float, seed: int, workdir: Path) -> list[str]:
+    """Karpenter's diverse mix (``bench/diverse.py``)."""
+    return _run_mix("diverse", diverse_objects(pods, seed), catalog_name, pods, time_limit, workdir)
 
 
 def run_cross(catalog_name: str, pods: int, time_limit: float, seed: int, workdir: Path) -> list[str]:
     """Karpenter's older cross-workload mix (``bench/crossworkload.py``): affinity, anti-affinity and spread
-    selectors drawn apart from the pods' own labels, on the same catalogs as the diverse rows."""
-    catalog = karpenter_benchmark_catalog() if catalog_name == "karpenter-400" else catalogs()["kwok"]
-    path = workdir / f"cross-{catalog_name}-{pods}.yaml"
-    path.write_text(yaml.safe_dump(as_list(cross_workload_objects(pods, seed)), sort_keys=False))
-    started = time.monotonic()
-    snapshot = load_snapshot(path).with_catalog(catalog)
-    result = solve(snapshot, SolveOptions(time_limit=time_limit, started_at=started))
-    return _row("cross-workload", catalog_name, pods, time.monotonic() - started, snapshot, result)
+    selectors drawn apart from the pods' own labels."""
+    return _run_mix("cross-workload", cross_workload_objects(pods, seed), catalog_name, pods, time_limit, workdir)
 
 
 #: issue 3's targets: 5,000 diverse pods in 10 s, 20,000 in 30 s

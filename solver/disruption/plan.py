@@ -50,6 +50,17 @@ def _budget_use(state: ClusterState, outcome: Outcome | None) -> list[BudgetUse]
     return out
 
 
+def _nothing_to_do(state: ClusterState, before: float, started: float, stages: dict[str, float],
+                   notes: list[str]) -> ConsolidationResult:
+    """The plan that disrupts nothing (no candidate, or the gate rejected the plan)."""
+    plan = DisruptionPlan(
+        cost=DisruptionCost(before=round(before, 6), after=round(before, 6), savings=0.0),
+        disruption=Disruption(evictions=0, cost=0.0), budgets=_budget_use(state, None),
+        solver=DisruptionSolverReport(status="NOTHING_TO_DO", wall_seconds=round(time.monotonic() - started, 3),
+                                      stages=stages, notes=notes))
+    return ConsolidationResult(plan=plan, state=state, outcome=None)
+
+
 def consolidate(snapshot: Snapshot, options: ConsolidateOptions | None = None) -> ConsolidationResult:
     """The disruption plan minimising hourly cost after the move (plus eviction cost at its price) within
     budgets, PDBs, do-not-disrupt and the pools' policies. Invalid budgets freeze their pool (fail closed)
@@ -75,12 +86,7 @@ def consolidate(snapshot: Snapshot, options: ConsolidateOptions | None = None) -
     if outcome is None:
         blocked = sum(1 for s in state.nodes if s.blocked)
         notes.append(f"no candidate node ({blocked} node(s) blocked; see `--explain`)")
-        plan = DisruptionPlan(
-            cost=DisruptionCost(before=round(before, 6), after=round(before, 6), savings=0.0),
-            disruption=Disruption(evictions=0, cost=0.0), budgets=_budget_use(state, None),
-            solver=DisruptionSolverReport(status="NOTHING_TO_DO", wall_seconds=round(time.monotonic() - started, 3),
-                                          stages=stages, notes=notes))
-        return ConsolidationResult(plan=plan, state=state, outcome=None)
+        return _nothing_to_do(state, before, started, stages, notes)
     claims, existing = planned_claims(outcome.problem, outcome.placement, _replacement_name)
     where = {pod: a.name for a in existing for pod in a.pods}
     where.update({pod: c.name for c in claims for pod in c.pods})
@@ -117,10 +123,5 @@ def consolidate(snapshot: Snapshot, options: ConsolidateOptions | None = None) -
     if rejected:  # the gate: a plan the independent verifier rejects is never returned, so nothing moves
         notes.append(f"plan gate: the disruption plan failed verification ({len(rejected)} violation(s), first: "
                      f"{rejected[0]}); nothing is disrupted")
-        plan = DisruptionPlan(
-            cost=DisruptionCost(before=round(before, 6), after=round(before, 6), savings=0.0),
-            disruption=Disruption(evictions=0, cost=0.0), budgets=_budget_use(state, None),
-            solver=DisruptionSolverReport(status="NOTHING_TO_DO", wall_seconds=round(time.monotonic() - started, 3),
-                                          stages=stages, notes=notes))
-        return ConsolidationResult(plan=plan, state=state, outcome=None)
+        return _nothing_to_do(state, before, started, stages, notes)
     return ConsolidationResult(plan=plan, state=state, outcome=outcome)
