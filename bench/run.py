@@ -162,20 +162,15 @@ def main(argv: list[str] | None = None) -> int:
         for catalog_name in args.catalogs.split(",") if args.sizes else ():
             for size in (int(s) for s in args.sizes.split(",")):
                 failed |= _emit(run_one("generic", catalog_name, size, args.time_limit, args.seed, Path(tmp)))
-        if args.diverse_sizes:
+        for sizes, run_mix in ((args.diverse_sizes, run_diverse), (args.cross_sizes, run_cross)):
+            if not sizes:
+                continue
             print()
             _table(COLUMNS)
             for catalog_name in args.diverse_catalogs.split(","):
-                for size in (int(s) for s in args.diverse_sizes.split(",")):
+                for size in (int(s) for s in sizes.split(",")):
                     limit = args.diverse_time_limit or diverse_time_limit(size, args.time_limit)
-                    failed |= _emit(run_diverse(catalog_name, size, limit, args.seed, Path(tmp)))
-        if args.cross_sizes:
-            print()
-            _table(COLUMNS)
-            for catalog_name in args.diverse_catalogs.split(","):
-                for size in (int(s) for s in args.cross_sizes.split(",")):
-                    limit = args.diverse_time_limit or diverse_time_limit(size, args.time_limit)
-                    failed |= _emit(run_cross(catalog_name, size, limit, args.seed, Path(tmp)))
+                    failed |= _emit(run_mix(catalog_name, size, limit, args.seed, Path(tmp)))
         if args.small_sizes:
             print()
             _table(SMALL_COLUMNS)
