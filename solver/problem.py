@@ -20,6 +20,7 @@ from solver.classes import PodClass, build_classes, selector_label_keys
 from solver.rules.base import BatchContext, Rule
 from solver.rules.counters import NodeCounter
 from solver.rules.daemonsets import missing_daemon_overhead
+from solver.rules.preferences import PreferencePolicy
 from solver.rules.registry import RULES
 from solver.rules.selection import SelectionRule
 from solver.templates import NodeTemplate, PoolInfo, build_templates, pool_infos
@@ -114,14 +115,17 @@ def existing_capacity(snapshot: Snapshot) -> list[ExistingCapacity]:
     return out
 
 
-def compile_problem(snapshot: Snapshot, pods: list[Pod] | None = None, rules: Sequence[Rule] = RULES) -> Problem:
+def compile_problem(snapshot: Snapshot, pods: list[Pod] | None = None, rules: Sequence[Rule] = RULES,
+                    preference_policy: PreferencePolicy | None = None, preference_price: float = 0.0) -> Problem:
     """Compile the batch by running every registered rule family (``solver.rules.registry.RULES``) phase by phase:
-    constrain the pods, bundle them, build classes and counters, admit, score, then collect notes."""
+    constrain the pods, bundle them, build classes and counters, admit, score, then collect notes.
+    ``preference_policy`` / ``preference_price``: the solve's (``BatchContext``), None when none is stated."""
     pending = snapshot.pending_pods() if pods is None else pods
     label_keys = selector_label_keys(snapshot.pods)
     templates = build_templates(snapshot, build_classes(pending, label_keys))
     batch = BatchContext(snapshot=snapshot, templates=templates, existing=existing_capacity(snapshot),
-                         submitted={p.key: p for p in pending})
+                         submitted={p.key: p for p in pending}, preference_policy=preference_policy,
+                         preference_price=preference_price)
     for rule in rules:
         pending = rule.constrain(batch, pending)
     bundles: dict[str, Hashable] = {}

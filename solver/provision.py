@@ -410,7 +410,8 @@ def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResul
     deadline = started + options.time_limit - min(0.5 + pods * RESERVE_PER_POD, 0.1 * options.time_limit)
     stats = _Stats()
     with stats.stage("compile"):
-        stats.compiled = compile_problem(snapshot)
+        stats.compiled = compile_problem(snapshot, preference_policy=options.preference_policy,
+                                         preference_price=options.preference_price)
         problem = merge_classes(stats.compiled)
     stats.notes.extend(f"not modelled: {note}" for note in problem.unmodelled)
     with stats.stage("greedy"):

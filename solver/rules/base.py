@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from solver.classes import PodClass
     from solver.problem import ExistingCapacity, Problem
     from solver.rules.counters import NodeCounter
+    from solver.rules.preferences import PreferencePolicy
     from solver.templates import NodeTemplate
 
 
@@ -50,6 +51,11 @@ class BatchContext:
     existing: list[ExistingCapacity]
     #: the pending pods as submitted, before any family constrained them (pod key → pod)
     submitted: Mapping[str, Pod]
+    #: ``SolveOptions.preference_policy`` and ``preference_price`` ($/h per unit of weight, with Price), for
+    #: families whose soft rules are encoded per node (``rules.hostpreferences``); None when the caller
+    #: states no policy (consolidation, bounds): those families then encode nothing
+    preference_policy: PreferencePolicy | None = None
+    preference_price: float = 0.0
 
     @cached_property
     def namespaces(self) -> dict[str, dict[str, str]]:

@@ -227,6 +227,7 @@ class HostnameSpread(Rule):
 
     def unmodelled(self, batch: BatchContext, classes: Sequence[PodClass],
                    counters: Sequence[NodeCounter]) -> list[str]:
+        """ScheduleAnyway on the hostname is ``rules.hostpreferences``' (it notes what it does not keep)."""
         notes: list[str] = []
         for c in classes:
             pod = c.representative
@@ -234,5 +235,6 @@ class HostnameSpread(Rule):
                 continue
             modelled = modelled_spread(pod)
             notes.extend(f"{c.name}: topology spread on {spread.topology_key} ({spread.when_unsatisfiable}) "
-                         "is not modelled" for i, spread in enumerate(pod.topology_spread) if not modelled[i])
+                         "is not modelled" for i, spread in enumerate(pod.topology_spread)
+                         if not modelled[i] and spread.when_unsatisfiable != "ScheduleAnyway")
         return notes

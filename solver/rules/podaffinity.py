@@ -15,8 +15,9 @@ pods is a relation to node labels, which every later stage already enforces:
   domain; here any match counts once), scored by ``rules.preferences``.
 
 Terms that select the pod's own kind are grouped and pinned by ``rules.topology`` (and on the hostname by
-bundles and counters); terms towards pending pods of other classes are handled in ``counters.py``
-(hostname anti-affinity) or reported as not modelled.
+bundles and counters); terms towards pending pods of other classes by ``rules.topology`` on other keys
+(domain splits for anti-affinity, joins for affinity) and on the hostname by ``counters.py``
+(anti-affinity) and ``rules.antiaffinity`` (affinity, as bundles).
 """
 
 from __future__ import annotations

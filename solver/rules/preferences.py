@@ -5,8 +5,10 @@ The score sums, for the node's labels and taints:
 - every preferred node-affinity term the labels match (its weight, 1–100);
 - every soft term the pod-to-pod rules derive (``rules.topology``, ``rules.podaffinity``): a preferred pod
   (anti-)affinity term towards running pods (its own weight), a ScheduleAnyway spread or a preferred
-  self-(anti-)affinity turned into a domain to aim for (``SOFT_TOPOLOGY_WEIGHT``). These live on the pod
-  copies as extra preferred terms, so classes and bins already tell them apart;
+  self-(anti-)affinity turned into a domain to aim for (``SOFT_TOPOLOGY_WEIGHT``), a preferred term
+  towards pending pods of other workloads whose domains are decided (``rules.hostpreferences``, its own
+  weight). These live on the pod copies as extra preferred terms, so classes and bins already tell them
+  apart;
 - ``taint_weight`` for every PreferNoSchedule taint the node does *not* carry untolerated (out of the
   most any node carries), where ``taint_weight`` exceeds every other part of any class's score: avoiding
   an untolerated PreferNoSchedule taint outranks every other preference. Karpenter relaxes it last (it
@@ -16,6 +18,10 @@ A class's *deficit* on a node is the best score any node could give it minus tha
 charges deficits per pod: ``Respect`` (Karpenter's default) ranks them above cost, so a preference is
 dropped only when it cannot be met; ``Price`` charges a user-given price per unit of weight; ``Ignore``
 charges nothing. Scores are additive, not kube-scheduler's per-plugin normalised sums.
+
+Preferences a per-node score cannot express (ScheduleAnyway spread and preferred self-(anti-)affinity on
+the hostname: they depend on which pods share a node) are kept by ``rules.hostpreferences`` as per-node
+counters and bundles, under the same policy; that family also reports what is still not modelled.
 """
 
 from __future__ import annotations
@@ -26,15 +32,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from model.labels import HOSTNAME
 from model.taints import Taint, untolerated
 from solver.classes import PodClass
 from solver.rules.base import BatchContext, Rule
-from solver.rules.podaffinity import selects_other_class, selects_own
 
 if TYPE_CHECKING:
     from solver.problem import Problem
-    from solver.rules.counters import NodeCounter
 
 #: weight of one soft topology term (the heaviest a preferred node-affinity term may be)
 SOFT_TOPOLOGY_WEIGHT = 100
@@ -114,19 +117,3 @@ class Preferences(Rule):
         scorer = PreferenceScorer(classes, [taints for _, taints in template_nodes + existing_nodes])
         problem.template_pref, problem.template_heaviest = score_matrices(classes, template_nodes, scorer)
         problem.existing_pref, problem.existing_heaviest = score_matrices(classes, existing_nodes, scorer)
-
-    def unmodelled(self, batch: BatchContext, classes: Sequence[PodClass],
-                   counters: Sequence[NodeCounter]) -> list[str]:
-        notes = []
-        for c in classes:
-            pod = c.representative
-            if pod.rule_problem or pod.volume_problem:
-                continue
-            for term in pod.preferred_pod_affinity + pod.preferred_pod_anti_affinity:
-                if term.topology_key == HOSTNAME and selects_own(pod, term):
-                    notes.append(f"{c.name}: preferred pod (anti-)affinity on {HOSTNAME} to its own pods is not "
-                                 "modelled")
-                elif not selects_own(pod, term) and selects_other_class(pod, term, c, classes, batch.namespaces):
-                    notes.append(f"{c.name}: preferred pod (anti-)affinity on {term.topology_key} towards pending "
-                                 "pods of other workloads is not modelled")
-        return notes

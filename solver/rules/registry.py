@@ -12,6 +12,7 @@ from solver.rules.base import Rule
 from solver.rules.counters import HostnameSpread
 from solver.rules.daemonsets import DaemonSetOverhead
 from solver.rules.dra import ResourceClaims
+from solver.rules.hostpreferences import HostPreferences
 from solver.rules.limits import NodePoolLimits
 from solver.rules.minvalues import MinValues
 from solver.rules.podaffinity import RunningPodTerms
@@ -32,6 +33,7 @@ RULES: tuple[Rule, ...] = (
     HostnameAntiAffinity(),
     HostPorts(),
     HostnameSpread(),
+    HostPreferences(),
     DaemonSetOverhead(),
     ResourceFit(),
     NodePoolLimits(),

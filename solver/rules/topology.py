@@ -23,27 +23,44 @@ Which domains exist — the semantics followed, and where it differs from Karpen
 A key no usable node carries gives the pod nowhere to go (Kubernetes: a node without the key fails a
 DoNotSchedule constraint).
 
-Hard (one pin per pod; the first rule that groups it, zone rules first). Each hard rule's group is every
-pending pod its selector matches, planned once whether or not the pod carrying it is already pinned (a
-constraint counts the pods it matches, not its carrier); matching pods an earlier group pinned on the same
-key count in their domain. Pods that match but do not carry the rule keep their own selection:
+Hard. First, required anti-affinity between workloads (A's term selects B's pending pods, not A's own)
+splits each key's domains between the sides (``_split_apart``). Then every hard rule's group, anti-affinity
+groups first, then affinity, then spread (``_KIND_ORDER``): each group is every pending pod its selector
+matches, planned once whether or not the pod carrying it is already pinned (a constraint counts the pods it
+matches, not its carrier). A pod keeps one pin per key and carries every rule's at once: pins and
+exclusions narrow its reach, so a pod an earlier group pinned is a member of every later group with its
+pinned domain as its only choice (counted there; a carrier there only if the rule allows it, else it stays
+pending naming both rules), and a rule on another key adds a second pin (a ``rule_terms`` term). Pods that
+match but do not carry the rule keep their own selection:
+- Anti-affinity between workloads: per key, sides (pods alike in namespace, labels, terms and reach) most
+  constrained first each take one domain no neighbour holds (the one that starves no neighbour, then the
+  cheapest, then the one fewest neighbours still need); the rest go round to the side holding fewest, sides
+  spread on the key first. Each side is kept out of the domains it does not hold (``NotIn``: nodes without
+  the key stay open, as Kubernetes leaves them). A side left with no domain stays pending when it carries
+  the term; a side that is only selected takes its domain back from the owners, which stay pending.
 - DoNotSchedule spread: matching pods without the constraint count where they land: each is pinned within
   its own reach (lowest domain first) on nodes the constraint counts, or left alone when it can only land
   where it is not counted. Carriers then go lowest-first, most constrained first, each only where its
   domain stays within maxSkew of the global minimum (0 while fewer than minDomains domains are sure to
   exist), so full existing-only domains and counted domains the carrier cannot use cap the others.
+  Carriers the selector does not match add nothing but are kept out of domains above maxSkew.
 - Required anti-affinity to its own pods: one carrier per domain, none where a matching pod runs or is
   pinned, or where a rule-free matching pod can only land; rule-free matching pods get ``NotIn`` the
   carriers' domains (anti-affinity is symmetric) and may share a domain with each other. A carrier never
   takes a rule-free pod's last domain.
 - Required affinity to its own pods: all carriers in one home that can hold them (most matching pods,
   then room for most of the group — capacity, NodePool zones, an instance type large enough — then
-  name). Rule-free matching pods join it when they can; a lone carrier needs one beside it when any
-  exists (Kubernetes lets the first pod go anywhere only while no other matching pod exists).
-- Required affinity to pending pods of another workload, none running: the owners join the domain
-  where most of those pods are pinned, or both are pinned to a domain both may use and that holds them
-  (valid as long as the selected pods land; the verifier checks the final state).
-Every pin assumes the pinned pods land; a pod left pending by capacity lowers its domain's count.
+  name). Rule-free matching pods join it when they can (the layout that holds in any bind order); a lone
+  carrier needs one beside it when any exists (Kubernetes lets the first pod go anywhere only while no
+  other matching pod exists).
+- Required affinity to pending pods of another workload, none running: owners an earlier rule pinned need
+  a selected pod in their own domain; the others are served domain by domain (most owners first, then a
+  domain already holding a selected pod); a domain none is pinned to yet gets one (the freest: no
+  hostname affinity of its own, else with the pods that share its node). Owners no domain serves, or
+  whose selected pods all stay pending (to a fixed point), stay pending.
+Every pin assumes the pinned pods land: when a later rule leaves one pending, joins pin another selected
+pod or leave their owners pending, and spread groups are recounted, their carriers now above maxSkew left
+pending (``_repair_spread``); a pod left pending by capacity still lowers its domain's count.
 
 Soft (the same split, but each pod only *prefers* its domain: a preferred term of weight
 ``SOFT_TOPOLOGY_WEIGHT`` scored by ``rules.preferences``, so ``Respect`` keeps it unless impossible):
@@ -71,7 +88,7 @@ from model.taints import Taint, untolerated
 from solver.classes import PodClass
 from solver.rules.base import BatchContext, Rule
 from solver.rules.counters import NodeCounter
-from solver.rules.podaffinity import confined, selects_other_class, selects_own
+from solver.rules.podaffinity import confined, selects_own
 from solver.rules.preferences import SOFT_TOPOLOGY_WEIGHT
 
 Kind = Literal["topology spread", "pod anti-affinity", "pod affinity"]
@@ -96,13 +113,14 @@ class DomainRule:
 
 @dataclass
 class DomainPlan:
-    #: pod key → (topology key, domain) it must land in
-    pins: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: pod key → topology key → the domain it must land in (one pin per key: every hard rule of the pod on
+    #: that key agreed to it; a rule on another key adds a second pin)
+    pins: dict[str, dict[str, str]] = field(default_factory=dict)
     #: pod key → (topology key, domain) it prefers
     soft: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     refused: dict[str, str] = field(default_factory=dict)
-    #: pod key → the rule behind its pin
-    pinned_by: dict[str, str] = field(default_factory=dict)
+    #: pod key → topology key → the rule behind its pin
+    pinned_by: dict[str, dict[str, str]] = field(default_factory=dict)
     #: pod key → (topology key, domains it must avoid, why): pods that carry no anti-affinity but are
     #: selected by pinned pods' terms
     excluded: dict[str, list[tuple[str, tuple[str, ...], str]]] = field(default_factory=dict)
@@ -139,12 +157,14 @@ class DomainNode:
     existing: bool = False
     schedulable: bool = True
     name: str = ""
+    #: $/h of a node launched from this template (0 for an existing node: its room is free)
+    price: float = 0.0
 
 
 def domain_nodes(batch: BatchContext) -> list[DomainNode]:
     """Every node the batch's pods could land on (templates, then schedulable existing nodes) and the nodes
     they cannot join but Kubernetes counts as domains (every other Node not being deleted)."""
-    nodes = [DomainNode(t.labels, tuple(t.pool.taints), t.allocatable) for t in batch.templates]
+    nodes = [DomainNode(t.labels, tuple(t.pool.taints), t.allocatable, price=t.offering.price) for t in batch.templates]
     nodes += [DomainNode(e.node.labels, tuple(e.node.taints), e.free, existing=True, name=e.name)
               for e in batch.existing]
     joinable = {e.name for e in batch.existing}
@@ -167,6 +187,7 @@ class _Reach:
     launchable: frozenset[str]
     hosts: Mapping[str, tuple[int, ...]]
     keyless: bool
+    key: str = ""
 
 
 class _Planner:
@@ -174,25 +195,37 @@ class _Planner:
     on existing nodes, and memoised reach per pod shape."""
 
     def __init__(self, pending: Sequence[Pod], bound: Sequence[tuple[Pod, Mapping[str, str]]],
-                 nodes: Sequence[NodeInput], blocked: frozenset[str] | set[str], landing: Sequence[Pod]) -> None:
+                 nodes: Sequence[NodeInput], blocked: frozenset[str] | set[str], landing: Sequence[Pod],
+                 namespaces: Mapping[str, Mapping[str, str]] | None = None) -> None:
         self.pending = pending
+        self.namespaces = namespaces or {}
         self.bound = bound
         self.nodes = [n if isinstance(n, DomainNode) else DomainNode(n[0], tuple(n[1])) for n in nodes]
         self.blocked = set(blocked)
         self.landing = {p.key: p for p in landing}
         self.rules = {pod.key: domain_rules(pod) for pod in pending}
         self.carries = {key: set(rules) for key, rules in self.rules.items()}
+        #: rule → the pending pods carrying it
+        self.carriers_of: dict[DomainRule, list[Pod]] = {}
+        for pod in pending:
+            for rule in self.carries[pod.key]:
+                self.carriers_of.setdefault(rule, []).append(pod)
         self.result = DomainPlan()
-        #: pods no later group may pin (pinned, refused, or left to node selection)
+        #: pods no later group may plan (refused, or left to node selection: no node takes them); pinned
+        #: pods stay in every later group that reads them, their pins narrowing where they can go
         self.settled: set[str] = set()
         self.room = {i: n.room for i, n in enumerate(self.nodes) if n.existing and n.room is not None}
         self.taints_of = {n.name: n.taints for n in self.nodes if n.name}
         self._reach: dict[object, _Reach] = {}
         self._counted: dict[object, dict[str, bool]] = {}
         self._shapes: dict[str, tuple[object, ...]] = {}
+        #: pinned pods: (the shape without its pins, the pins)
+        self._bases: dict[str, tuple[tuple[object, ...], tuple[tuple[str, str], ...]]] = {}
         self._usable: dict[tuple[object, ...], list[int]] = {}
         self._views: dict[tuple[DomainRule, str], tuple[object, ...]] = {}
         self._reach_of: dict[str, dict[str, _Reach]] = {}
+        #: the spread groups planned: (viewer, rule, the domains its global minimum is taken over)
+        self.spreads: list[tuple[Pod, DomainRule, frozenset[str]]] = []
 
     # -- where pods can go ------------------------------------------------------------------------------
 
@@ -201,32 +234,63 @@ class _Planner:
         return self.landing.get(pod.key, pod)
 
     def shape(self, pod: Pod) -> tuple[object, ...]:
-        """What decides where the pod can land: node requirements, tolerations, requests (memoised)."""
+        """What decides where the pod can land: node requirements (its pins so far included), tolerations,
+        requests (memoised)."""
         if pod.key not in self._shapes:
             landing = self.lands(pod)
-            self._shapes[pod.key] = (landing.node_requirements(), landing.tolerations, landing.requests)
+            requirements = landing.node_requirements()
+            base = (requirements, landing.tolerations, landing.requests)
+            pins = self.result.pins.get(pod.key)
+            if pins:
+                pinned = Requirements.of([Requirement(key=k, operator="In", values=(d,))
+                                          for k, d in sorted(pins.items())])
+                requirements = tuple(alt & pinned for alt in requirements)
+                self._bases[pod.key] = (base, tuple(sorted(pins.items())))
+            else:
+                self._bases.pop(pod.key, None)
+            self._shapes[pod.key] = (requirements, landing.tolerations, landing.requests)
         return self._shapes[pod.key]
+
+    def _touch(self, key: str) -> None:
+        """Forget what was worked out for the pod (a pin or an exclusion changed where it can go)."""
+        self._shapes.pop(key, None)
+        self._reach_of.pop(key, None)
+
+    def pinned(self, pod: Pod, key: str) -> str | None:
+        """The domain an earlier rule pinned the pod to on ``key``, if any."""
+        return self.result.pins.get(pod.key, {}).get(key)
 
     def _usable_nodes(self, pod: Pod) -> list[int]:
         """The nodes (by index) the pod may land on and fits on, memoised per pod shape."""
         shape = self.shape(pod)
+        if shape not in self._usable and pod.key in self._bases:
+            # pinned: the unpinned shape's nodes that carry its pins (no need to match every node again)
+            base, pins = self._bases[pod.key]
+            if base not in self._usable:
+                self._usable[base] = self._match_nodes(base)
+            self._usable[shape] = [i for i in self._usable[base]
+                                   if all(self.nodes[i].labels.get(k) == d for k, d in pins)]
         if shape not in self._usable:
-            requirements, tolerations, requests = shape
-            assert isinstance(requirements, tuple) and isinstance(requests, Resources)
-            fits: dict[Resources, bool] = {}
-            out = []
-            for i, node in enumerate(self.nodes):
-                if not node.schedulable or not any(r.matches(node.labels) for r in requirements):
-                    continue
-                if node.room is not None:
-                    if node.room not in fits:
-                        fits[node.room] = requests.fits_in(node.room)
-                    if not fits[node.room]:
-                        continue
-                if not untolerated(tolerations, node.taints):  # type: ignore[arg-type]
-                    out.append(i)
-            self._usable[shape] = out
+            self._usable[shape] = self._match_nodes(shape)
         return self._usable[shape]
+
+    def _match_nodes(self, shape: tuple[object, ...]) -> list[int]:
+        """The nodes (by index) a pod of this shape may land on and fits on."""
+        requirements, tolerations, requests = shape
+        assert isinstance(requirements, tuple) and isinstance(requests, Resources)
+        fits: dict[Resources, bool] = {}
+        out = []
+        for i, node in enumerate(self.nodes):
+            if not node.schedulable or not any(r.matches(node.labels) for r in requirements):
+                continue
+            if node.room is not None:
+                if node.room not in fits:
+                    fits[node.room] = requests.fits_in(node.room)
+                if not fits[node.room]:
+                    continue
+            if not untolerated(tolerations, node.taints):  # type: ignore[arg-type]
+                out.append(i)
+        return out
 
     def reach(self, pod: Pod, key: str) -> _Reach:
         """Where the pod can land on ``key`` (memoised per pod, and per pod shape)."""
@@ -255,7 +319,7 @@ class _Planner:
                 else:
                     launchable.add(domain)
             self._reach[memo] = _Reach(tuple(sorted(domains)), frozenset(launchable),
-                                       {d: tuple(v) for d, v in hosts.items()}, keyless)
+                                       {d: tuple(v) for d, v in hosts.items()}, keyless, key)
         return self._reach[memo]
 
     def _view(self, rule: DomainRule, viewer: Pod) -> tuple[object, ...]:
@@ -308,8 +372,17 @@ class _Planner:
         return self._counted[memo]
 
     def has_room(self, pod: Pod, reach: _Reach, domain: str) -> bool:
-        return domain in reach.launchable or any(
+        """Can the pod still land in the domain? (A pod already pinned there has its room.)"""
+        return domain in reach.launchable or self.pinned(pod, reach.key) == domain or any(
             pod.requests.fits_in(self.room[i]) for i in reach.hosts.get(domain, ()))
+
+    def cost(self, pod: Pod, reach: _Reach, domain: str) -> float:
+        """$/h of the cheapest node the pod may use in the domain (0: an existing node has room for it)."""
+        if any(pod.requests.fits_in(self.room[i]) for i in reach.hosts.get(domain, ())):
+            return 0.0
+        prices = [self.nodes[i].price for i in self._usable_nodes(pod) if not self.nodes[i].existing
+                  and self.nodes[i].labels.get(reach.key) == domain]
+        return min(prices, default=float("inf"))
 
     def take(self, pod: Pod, reach: _Reach, domain: str) -> None:
         """Spend the pod's requests on an existing node of the domain when no node can be launched there."""
@@ -325,7 +398,7 @@ class _Planner:
         held = 0
         for pod in pods:
             reach = self.reach(pod, key)
-            if domain in reach.launchable:
+            if domain in reach.launchable or self.pinned(pod, key) == domain:
                 held += 1
                 continue
             host = next((i for i in reach.hosts.get(domain, ()) if pod.requests.fits_in(room[i])), None)
@@ -338,12 +411,26 @@ class _Planner:
     # -- what the plan says ---------------------------------------------------------------------------------
 
     def pin(self, pod: Pod, key: str, domain: str, reason: str) -> None:
-        self.result.pins[pod.key] = (key, domain)
-        self.result.pinned_by[pod.key] = reason
+        """Pin the pod to the domain on ``key``; a pod an earlier rule pinned there already stays as it is
+        (every rule that groups it has to agree with the first pin: its reach is that one domain)."""
+        earlier = self.pinned(pod, key)
+        if earlier == domain:
+            return
+        assert earlier is None, (pod.key, key, earlier, domain)
         self.take(pod, self.reach(pod, key), domain)
-        self.settled.add(pod.key)
+        self.result.pins.setdefault(pod.key, {})[key] = domain
+        self.result.pinned_by.setdefault(pod.key, {})[key] = reason
+        self._touch(pod.key)
 
     def refuse(self, pod: Pod, reason: str) -> None:
+        """Leave the pod pending; the reason names the rules that narrowed it before, if any."""
+        if pod.key in self.result.refused:
+            return
+        earlier = [f"{self.result.pinned_by[pod.key][k]} pins it to {k}={d}"
+                   for k, d in sorted(self.result.pins.get(pod.key, {}).items())]
+        earlier += [why for _, _, why in self.result.excluded.get(pod.key, ())]
+        if earlier:
+            reason = f"{reason}, together with: " + "; ".join(earlier)
         self.result.refused[pod.key] = reason
         self.settled.add(pod.key)
 
@@ -353,12 +440,10 @@ class _Planner:
         term = Requirements.of([Requirement(key=key, operator="NotIn", values=tuple(domains))])
         landing = self.lands(pod)
         self.landing[pod.key] = landing.model_copy(update={"rule_terms": (*landing.rule_terms, (term,))})
-        self._shapes.pop(pod.key, None)
-        self._reach_of.pop(pod.key, None)
+        self._touch(pod.key)
 
     def pins_on(self, key: str, pods: Sequence[Pod]) -> list[str]:
-        return [self.result.pins[p.key][1] for p in pods if p.key in self.result.pins
-                and self.result.pins[p.key][0] == key]
+        return [d for p in pods if (d := self.pinned(p, key)) is not None]
 
     def _taints(self, labels: Mapping[str, str]) -> Sequence[Taint]:
         return self.taints_of.get(labels.get(HOSTNAME, ""), ())
@@ -426,13 +511,12 @@ def _plan_hard(pl: _Planner, pod: Pod, rule: DomainRule) -> None:
     """A hard rule's group: every pending pod its selector matches, whether it carries the rule or not (a
     constraint counts the pods it matches); matching pods an earlier group pinned on the key count there."""
     matching = [p for p in pl.pending if p.namespace == pod.namespace and rule.selector.matches(p.labels)
-                and p.key not in pl.blocked]
+                and p.key not in pl.blocked and p.key not in pl.settled]
     counts = pl.running_counts(rule, pod)
-    for domain in pl.pins_on(rule.key, [p for p in matching if p.key in pl.settled]):
-        counts[domain] = counts.get(domain, 0) + 1
-    free = [p for p in matching if p.key not in pl.settled]
-    carriers = [p for p in free if rule in pl.carries[p.key]]
-    others = [p for p in free if rule not in pl.carries[p.key]]
+    # pods an earlier group pinned on the key are members too: their reach is their pinned domain, so the
+    # rule counts them there and a carrier among them keeps its pin only if this rule allows it
+    carriers = [p for p in matching if rule in pl.carries[p.key]]
+    others = [p for p in matching if rule not in pl.carries[p.key]]
     for carrier in list(carriers):
         reach = pl.reach(carrier, rule.key)
         if reach.domains:
@@ -445,24 +529,25 @@ def _plan_hard(pl: _Planner, pod: Pod, rule: DomainRule) -> None:
     if rule.kind == "topology spread":
         _plan_spread(pl, pod, rule, carriers, others, counts)
     elif rule.kind == "pod anti-affinity":
-        elsewhere = [p for p in matching if p.key in pl.settled and p.key not in pl.result.refused
-                     and not pl.pins_on(rule.key, [p])]
-        _plan_anti(pl, rule, carriers, others + elsewhere, counts)
+        _plan_anti(pl, rule, carriers, others, counts)
     else:
         _plan_affine(pl, rule, carriers, others, counts)
 
 
-def _same_shape(pl: _Planner, pods: Sequence[Pod], key: str) -> None:
-    """Re-deal the pins of pods with one reach so that pods sorted by key fill domains sorted by name (the
-    plan reads the same whatever order the group was dealt in)."""
+def _same_shape(pl: _Planner, pods: Sequence[Pod], key: str, reaches: Mapping[str, _Reach]) -> None:
+    """Re-deal the pins of pods with one reach (``reaches``: before this group pinned them) so that pods
+    sorted by key fill domains sorted by name (the plan reads the same whatever order the group was dealt
+    in)."""
     shapes: dict[int, list[Pod]] = {}
     for pod in pods:
-        if pod.key in pl.result.pins:
-            shapes.setdefault(id(pl.reach(pod, key)), []).append(pod)
+        if pl.pinned(pod, key) is not None and pod.key in reaches:
+            shapes.setdefault(id(reaches[pod.key]), []).append(pod)
     for members in shapes.values():
-        pins = sorted(pl.result.pins[p.key] for p in members)
-        for member, pinned in zip(sorted(members, key=lambda p: p.key), pins, strict=True):
-            pl.result.pins[member.key] = pinned
+        pins = sorted((pl.result.pins[p.key][key], pl.result.pinned_by[p.key][key]) for p in members)
+        for member, (domain, reason) in zip(sorted(members, key=lambda p: p.key), pins, strict=True):
+            if pl.result.pins[member.key][key] != domain:
+                pl.result.pins[member.key][key], pl.result.pinned_by[member.key][key] = domain, reason
+                pl._touch(member.key)
 
 
 def _plan_spread(pl: _Planner, viewer: Pod, rule: DomainRule, carriers: list[Pod], others: list[Pod],
@@ -493,6 +578,7 @@ def _plan_spread(pl: _Planner, viewer: Pod, rule: DomainRule, carriers: list[Pod
     reaches = {p.key: pl.reach(p, key) for p in carriers}
     usable = {d for r in reaches.values() for d in r.domains}
     floor = _Floor(rule, counts, sure | usable | _openable(pl, rule, viewer, set(counted) - sure - usable), sure)
+    pl.spreads.append((viewer, rule, frozenset(floor.domains)))
     reason = f"{rule.describe()} (its share of the domains)"
     for carrier in sorted(carriers, key=lambda p: (len(reaches[p.key].domains), p.key)):
         reach = reaches[carrier.key]
@@ -504,7 +590,95 @@ def _plan_spread(pl: _Planner, viewer: Pod, rule: DomainRule, carriers: list[Pod
         domain = min(options, key=lambda d: (counts.get(d, 0), d))
         pl.pin(carrier, key, domain, reason)
         floor.add(domain)
-    _same_shape(pl, carriers, key)
+    _same_shape(pl, carriers, key, reaches)
+    _place_outsiders(pl, viewer, rule, counts, maybe, floor)
+
+
+def _place_outsiders(pl: _Planner, viewer: Pod, rule: DomainRule, counts: Mapping[str, int],
+                     maybe: Mapping[str, int], floor: _Floor) -> None:
+    """Carriers the selector does not match (a spread on other pods' label): they add nothing to the counts,
+    but Kubernetes still holds their own domain to at most maxSkew above the global minimum. Each keeps out
+    of the domains where that fails (all of them: it stays pending); one that could land on a node without
+    the key is pinned to the emptiest domain instead (such a node fails the constraint)."""
+    outsiders = [p for p in pl.carriers_of.get(rule, ()) if p.namespace == viewer.namespace
+                 and not rule.selector.matches(p.labels) and p.key not in pl.blocked and p.key not in pl.settled]
+    low = 0 if rule.min_domains is not None and len(floor.sure) < rule.min_domains else floor.low
+    for pod in sorted(outsiders, key=lambda p: p.key):
+        _hold_outsider(pl, pod, rule, {d: counts.get(d, 0) + maybe.get(d, 0) for d in set(counts) | set(maybe)}, low)
+
+
+def _hold_outsider(pl: _Planner, pod: Pod, rule: DomainRule, counts: Mapping[str, int], low: int) -> bool:
+    """Keep one carrier the selector does not match within maxSkew (``_place_outsiders``); False when it
+    had to be left pending."""
+    key = rule.key
+    fixed = pl.pinned(pod, key)
+    if fixed is not None and counts.get(fixed, 0) - low <= rule.max_skew:
+        return True  # pinned (by a group it is counted in) where its own constraint holds
+    reach = pl.reach(pod, key)
+    if not reach.domains:
+        if reach.keyless:
+            pl.refuse(pod, f"{rule.describe()}: no node it may use carries the label {key}")
+            return False
+        return True
+    allowed = [d for d in reach.domains if counts.get(d, 0) - low <= rule.max_skew]
+    if not allowed or (fixed is not None and fixed not in allowed):
+        where = (f"{key}={fixed}" if fixed is not None
+                 else f"every {_noun(key)[:-1]} it may use ({', '.join(reach.domains)})")
+        pl.refuse(pod, f"{rule.describe()}: {where} holds more than maxSkew {rule.max_skew} matching pods above "
+                       f"the global minimum {low}")
+        return False
+    if reach.keyless:
+        roomy = [d for d in allowed if pl.has_room(pod, reach, d)] or allowed
+        pl.pin(pod, key, min(roomy, key=lambda d: (counts.get(d, 0), d)),
+               f"{rule.describe()}, which does not count it (its share of the domains)")
+    elif len(allowed) < len(reach.domains):
+        closed = [d for d in reach.domains if d not in allowed]
+        pl.exclude(pod, key, closed, f"{rule.describe()}, which does not count it: {', '.join(closed)} hold too many "
+                                     "matching pods (its share of the domains)")
+    return True
+
+
+def _repair_spread(pl: _Planner) -> None:
+    """Every spread group was dealt assuming the pods it counted land; a later rule may have left some of
+    them pending, lowering their domain's count. Recount each group over the pods still pinned and leave
+    pending the carriers whose domain now sits more than maxSkew above the global minimum, to a fixed point
+    (what remains holds on the final state; each such pod names the rule)."""
+    if not pl.result.refused or not pl.spreads:
+        return
+    changed = True
+    while changed:
+        changed = False
+        for viewer, rule, domains in pl.spreads:
+            key = rule.key
+            counted = pl.counted(rule, viewer)
+            high = pl.running_counts(rule, viewer)  # every pod that may count there
+            low_counts = dict(high)  # only the pods that surely count there
+            members = [p for p in pl.pending if p.namespace == viewer.namespace and p.key not in pl.blocked
+                       and p.key not in pl.result.refused and rule.selector.matches(p.labels)]
+            for pod in members:
+                domain = pl.pinned(pod, key)
+                if domain is None or domain not in counted:
+                    continue
+                high[domain] = high.get(domain, 0) + 1
+                if pl.counted_reach(pod, rule, viewer).get(domain, False):
+                    low_counts[domain] = low_counts.get(domain, 0) + 1
+            sure = {d for d, existing in counted.items() if existing} | {d for d, n in low_counts.items() if n}
+            low = 0 if rule.min_domains is not None and len(sure) < rule.min_domains else min(
+                (low_counts.get(d, 0) for d in domains), default=0)
+            carriers = [p for p in pl.carriers_of.get(rule, ()) if p.namespace == viewer.namespace
+                        and p.key not in pl.result.refused and p.key not in pl.blocked]
+            for carrier in sorted(carriers, key=lambda p: p.key):
+                domain = pl.pinned(carrier, key)
+                if not rule.selector.matches(carrier.labels):
+                    changed |= not _hold_outsider(pl, carrier, rule, high, low)
+                    continue
+                if domain is not None and high.get(domain, 0) - low > rule.max_skew:
+                    pl.refuse(carrier, f"{rule.describe()}: pods it counted on elsewhere stay pending, which leaves "
+                                       f"{key}={domain} {high.get(domain, 0) - low} above the global minimum "
+                                       f"{low} (maxSkew {rule.max_skew})")
+                    if rule.selector.matches(carrier.labels):
+                        high[domain] -= 1
+                    changed = True
 
 
 def _openable(pl: _Planner, rule: DomainRule, viewer: Pod, domains: set[str]) -> set[str]:
@@ -575,8 +749,9 @@ def _plan_anti(pl: _Planner, rule: DomainRule, carriers: list[Pod], others: list
             flexible.append((other, reach))
     taken: list[str] = []
     shapes = list({id(r): r for _, r in flexible}.values())
-    for carrier in sorted(carriers, key=lambda p: (len(pl.reach(p, key).domains), p.key)):
-        reach = pl.reach(carrier, key)
+    reaches = {p.key: pl.reach(p, key) for p in carriers}
+    for carrier in sorted(carriers, key=lambda p: (len(reaches[p.key].domains), p.key)):
+        reach = reaches[carrier.key]
         options = [d for d in reach.domains if d not in occupied and d not in taken and pl.has_room(carrier, reach, d)]
         spare = [d for d in options if all(r.keyless or any(x != d and x not in taken and x not in occupied
                                                             for x in r.domains) for r in shapes)]
@@ -593,7 +768,7 @@ def _plan_anti(pl: _Planner, rule: DomainRule, carriers: list[Pod], others: list
         if closed:
             pl.exclude(other, key, closed, f"{rule.describe()} of the pods pinned to {', '.join(closed)}, which "
                                            "repels it from there")
-    _same_shape(pl, carriers, key)
+    _same_shape(pl, carriers, key, reaches)
 
 
 def _plan_affine(pl: _Planner, rule: DomainRule, carriers: list[Pod], others: list[Pod], counts: dict[str, int]
@@ -605,9 +780,12 @@ def _plan_affine(pl: _Planner, rule: DomainRule, carriers: list[Pod], others: li
         return
     key = rule.key
     shared = set(pl.reach(carriers[0], key).domains)
-    for carrier in carriers[1:]:
+    every: set[str] = set()
+    for carrier in carriers:
         shared &= set(pl.reach(carrier, key).domains)
-    candidates = sorted(shared) or list(pl.reach(carriers[0], key).domains)
+        every |= set(pl.reach(carrier, key).domains)
+    # no domain every carrier may use (earlier pins or node selection differ): the one holding most of them
+    candidates = sorted(shared) or sorted(every)
     reason = f"{rule.describe()} (its share of the domains)"
     partners = [o for o in others if pl.reach(o, key).domains or pl.reach(o, key).keyless]
     if len(carriers) == 1 and partners and not any(counts.values()):
@@ -627,6 +805,8 @@ def _plan_affine(pl: _Planner, rule: DomainRule, carriers: list[Pod], others: li
         reach = pl.reach(carrier, key)
         if home in reach.domains and pl.has_room(carrier, reach, home):
             pl.pin(carrier, key, home, reason)
+        elif pl.pinned(carrier, key) is not None:
+            pl.refuse(carrier, f"{rule.describe()}: the group's home is {key}={home}")
         else:
             pl.refuse(carrier, f"{rule.describe()}: the group's home {home} ({_noun(key)} {', '.join(candidates)} "
                                "considered) has no room for it")
@@ -636,30 +816,210 @@ def _plan_affine(pl: _Planner, rule: DomainRule, carriers: list[Pod], others: li
             pl.pin(other, key, home, f"{rule.describe()} of the pods it matches (its share of the domains)")
 
 
+#: the order hard rule groups are planned in: the ones that can only refuse pods first, spread last (a pod
+#: a later rule leaves pending lowers its domain's count, which only spread reads)
+_KIND_ORDER = {"pod anti-affinity": 0, "pod affinity": 1, "topology spread": 2}
+
+
 def plan_domains(pending: Sequence[Pod], bound: Sequence[tuple[Pod, Mapping[str, str]]],
                  nodes: Sequence[NodeInput], blocked: frozenset[str] | set[str] = frozenset(),
-                 landing: Sequence[Pod] = ()) -> DomainPlan:
+                 landing: Sequence[Pod] = (), namespaces: Mapping[str, Mapping[str, str]] | None = None
+                 ) -> DomainPlan:
     """Pins, exclusions and soft pins for pending pods. ``bound`` pairs each running pod with its node's
     labels; ``nodes`` are every node the plan could use (``domain_nodes``; bare (labels, taints) pairs are
     read as nodes of unknown room); ``blocked`` pods are known to stay pending (another rule refused them),
     so no one may count on joining them; ``landing`` are the pods with what earlier rules derived
-    (``rules.podaffinity``): where they can actually go."""
-    pl = _Planner(pending, bound, nodes, blocked, landing)
-    soft_done: set[tuple[str, DomainRule]] = set()
+    (``rules.podaffinity``): where they can actually go; ``namespaces`` their labels (namespaceSelector).
+
+    Order: anti-affinity between workloads splits the domains first (``_split_apart``), then every hard
+    rule's group in ``_KIND_ORDER`` (each group sees the pins and exclusions before it: a pod's second rule
+    pins it within the first one's domain, or on its own key as a second pin, or leaves it pending naming
+    both), then affinity to other workloads' pending pods, then the soft rules."""
+    pl = _Planner(pending, bound, nodes, blocked, landing, namespaces)
+    _split_apart(pl)
+    hard: list[tuple[Pod, DomainRule]] = []
     hard_done: set[tuple[str, DomainRule]] = set()
     for pod in pending:
         for rule in pl.rules[pod.key]:
-            if not rule.hard:
-                if (pod.key, rule) not in soft_done:
-                    _plan_soft(pl, pod, rule, soft_done)
-            elif pod.key not in pl.blocked and (pod.namespace, rule) not in hard_done:
+            if rule.hard and pod.key not in pl.blocked and (pod.namespace, rule) not in hard_done:
                 # planned once per (namespace, rule), even when the carrier is already pinned by another
                 # group: its constraint counts the pods its selector matches, not itself
                 hard_done.add((pod.namespace, rule))
-                _plan_hard(pl, pod, rule)
+                hard.append((pod, rule))
+    for pod, rule in sorted(hard, key=lambda item: _KIND_ORDER[item[1].kind]):
+        _plan_hard(pl, pod, rule)
     _join_pending(pl)
+    _repair_spread(pl)
+    soft_done: set[tuple[str, DomainRule]] = set()
+    for pod in pending:
+        for rule in pl.rules[pod.key]:
+            if not rule.hard and (pod.key, rule) not in soft_done:
+                _plan_soft(pl, pod, rule, soft_done)
     return pl.result
 
+
+# -- required anti-affinity between workloads on a domain key -------------------------------------------------
+
+@dataclass
+class _Side:
+    """Pending pods that one split treats alike: one namespace, labels, anti-affinity terms and shape, so
+    the same pods repel them and they may use the same domains."""
+
+    pods: list[Pod]
+    reach: _Reach
+    #: the side's own terms that select a neighbour (empty: it is only selected by theirs)
+    terms: list[PodAffinityTerm] = field(default_factory=list)
+    near: set[int] = field(default_factory=set)
+    held: list[str] = field(default_factory=list)
+    dead: bool = False
+
+    @property
+    def name(self) -> str:
+        pod = self.pods[0]
+        return f"{pod.namespace}/{pod.owner_name or pod.name}"
+
+
+def _cross_terms(pod: Pod, namespaces: Mapping[str, Mapping[str, str]]) -> list[PodAffinityTerm]:
+    """The pod's required anti-affinity terms on a domain key that do not select its own pods."""
+    return [t for t in pod.pod_anti_affinity if t.topology_key != HOSTNAME and t.selector is not None
+            and not t.selects(pod.namespace, pod.labels, pod.namespace, pod.labels, namespaces.get(pod.namespace))]
+
+
+def _split_apart(pl: _Planner) -> None:
+    """Required anti-affinity on a domain key from pending pods to pending pods of other workloads (A's term
+    selects B's pods, not A's own). Kubernetes keeps an A pod out of a domain holding a B pod, and (the
+    term is symmetric) a B pod out of one holding an A pod: the domains are split between the sides, each
+    side kept out of the others' (``key NotIn``; nodes without the key stay open to both, as Kubernetes
+    leaves them). Per key, sides most constrained first each take one domain none of their neighbours
+    holds — the cheapest, then the one fewest neighbours still need — then the remaining domains go round,
+    to the side holding fewest, so both sides of an edge keep room to spread. A side left with no domain
+    stays pending when it carries the term; a side that only is selected takes its domain back from the
+    owners holding it, and those stay pending (the rule is theirs)."""
+    namespaces = pl.namespaces
+    live = [p for p in pl.pending if p.key not in pl.blocked and p.key not in pl.settled]
+    owned = [(p, t) for p in live for t in _cross_terms(p, namespaces)]
+    if not owned:
+        return
+    by_labels: dict[tuple[str, frozenset[tuple[str, str]]], list[Pod]] = {}
+    for pod in live:
+        by_labels.setdefault((pod.namespace, frozenset(pod.labels.items())), []).append(pod)
+    edges: dict[str, set[tuple[str, str]]] = {}  # key → {(owner pod key, selected pod key)}
+    seen: dict[tuple[str, frozenset[tuple[str, str]], PodAffinityTerm], list[Pod]] = {}
+    for owner, term in owned:
+        memo = (owner.namespace, frozenset(owner.labels.items()), term)
+        if memo not in seen:
+            seen[memo] = [p for (ns, labels), members in by_labels.items()
+                          if term.selects(owner.namespace, owner.labels, ns, dict(labels), namespaces.get(ns))
+                          for p in members]
+        edges.setdefault(term.topology_key, set()).update((owner.key, p.key) for p in seen[memo])
+    pods = {p.key: p for p in live}
+    for key in sorted(edges):
+        _split_key(pl, key, edges[key], pods, namespaces)
+
+
+def _split_key(pl: _Planner, key: str, edges: set[tuple[str, str]], pods: Mapping[str, Pod],
+               namespaces: Mapping[str, Mapping[str, str]]) -> None:
+    index: dict[tuple[object, ...], int] = {}
+    sides: list[_Side] = []
+    side_of: dict[str, int] = {}
+
+    def side(pod_key: str) -> int:
+        if pod_key not in side_of:
+            pod = pods[pod_key]
+            memo = (pod.namespace, frozenset(pod.labels.items()), pod.pod_anti_affinity, pl.shape(pod))
+            if memo not in index:
+                index[memo] = len(sides)
+                sides.append(_Side([], pl.reach(pod, key)))
+            side_of[pod_key] = index[memo]
+            sides[index[memo]].pods.append(pod)
+        return side_of[pod_key]
+
+    for owner, target in sorted(edges):
+        a, b = side(owner), side(target)
+        if a != b:
+            sides[a].near.add(b)
+            sides[b].near.add(a)
+    for s in sides:
+        s.terms = [t for t in _cross_terms(s.pods[0], namespaces) if t.topology_key == key]
+    noun = _noun(key)
+
+    def holders(d: str, s: _Side) -> list[int]:
+        return [v for v in s.near if d in sides[v].held]
+
+    def options(s: _Side) -> list[str]:
+        return [d for d in s.reach.domains if not holders(d, s) and pl.has_room(s.pods[0], s.reach, d)]
+
+    def kill(s: _Side, reason: str) -> None:
+        s.dead, s.held = True, []
+        for pod in s.pods:
+            pl.refuse(pod, reason)
+
+    def describe(s: _Side) -> str:
+        return ", ".join(sorted({_selector(t) for t in s.terms})) or "no pod"
+
+    order = sorted(range(len(sides)), key=lambda i: (len(sides[i].reach.domains), -len(sides[i].pods),
+                                                     sides[i].name, i))
+    for i in order:
+        s = sides[i]
+        if not s.reach.domains:
+            continue  # lands on nodes without the key only (or nowhere): it holds no domain
+        open_domains = options(s)
+        if not open_domains:
+            near = sorted({sides[v].name for v in s.near})
+            if s.terms:
+                kill(s, f"required pod anti-affinity with {describe(s)} on {key}: the pods it repels "
+                        f"({', '.join(near)}) take every {noun[:-1] if noun.endswith('s') else noun} it may use "
+                        f"({', '.join(s.reach.domains)})")
+                continue
+            for v in sorted({v for d in s.reach.domains for v in holders(d, s)}):
+                kill(sides[v], f"required pod anti-affinity with {describe(sides[v])} on {key}: the pods it "
+                               f"repels ({s.name}) may only run in {noun} {', '.join(s.reach.domains)}, which it "
+                               "would have to share with them")
+            open_domains = options(s)
+            if not open_domains:
+                continue
+
+        def score(d: str, s: _Side = s) -> tuple[object, ...]:
+            waiting = [sides[v] for v in s.near if not sides[v].held and not sides[v].dead and sides[v].reach.domains]
+            starved = sum(set(options(w)) <= {d} for w in waiting)
+            return (starved, pl.cost(s.pods[0], s.reach, d), sum(d in w.reach.domains for w in waiting), d)
+
+        s.held = [min(open_domains, key=score)]
+    # the rest of the domains go round, to the side holding fewest: first the sides spread on the key (every
+    # domain they hold lifts the cap the emptiest domain sets), then the others (a self-affine side needs one)
+    domains = sorted({d for s in sides for d in s.reach.domains})
+    for spread in (True, False):
+        for d in domains:
+            for s in sorted((s for s in sides if s.held and not s.dead and d in s.reach.domains and d not in s.held
+                             and _spread_on(pl, s.pods[0], key) == spread and not _self_affine(pl, s.pods[0], key)),
+                            key=lambda s: (len(s.held), -len(s.pods), s.name)):
+                if not holders(d, s) and pl.has_room(s.pods[0], s.reach, d):
+                    s.held.append(d)
+    for s in sides:
+        if s.dead or not s.held:
+            continue
+        closed = [d for d in s.reach.domains if d not in s.held]
+        if not closed:
+            continue
+        near = sorted({sides[v].name for v in s.near})
+        shown = ", ".join(near[:3]) + (f" and {len(near) - 3} more" if len(near) > 3 else "")
+        reason = (f"pod anti-affinity on {key} between {s.name} and {shown} keeps it to {noun} "
+                  f"{', '.join(sorted(s.held))} (its side of the domains)")
+        for pod in s.pods:
+            pl.exclude(pod, key, closed, reason)
+
+
+def _spread_on(pl: _Planner, pod: Pod, key: str) -> bool:
+    """Does the pod carry a hard spread constraint on ``key``?"""
+    return any(r.hard and r.kind == "topology spread" and r.key == key for r in pl.rules.get(pod.key, ()))
+
+
+def _self_affine(pl: _Planner, pod: Pod, key: str) -> bool:
+    """Does the pod carry a hard affinity to its own pods on ``key`` (one domain is all it uses)?"""
+    return any(r.hard and r.kind == "pod affinity" and r.key == key for r in pl.rules.get(pod.key, ()))
+
+
+# -- required affinity to pending pods of other workloads on a domain key --------------------------------------
 
 @dataclass
 class _Join:
@@ -682,24 +1042,55 @@ class _Join:
 def _join_pending(pl: _Planner) -> None:
     """Required affinity (not on the hostname) to pending pods of another workload, none running: the
     owners go where the pods they select are pinned, or both are pinned to one domain both can use and
-    that can hold them. Owners whose targets all stay pending stay pending too (to a fixed point: chains of
-    such terms). Owners already pinned by a rule of their own, or whose targets are pinned on another key,
-    are left (``DomainRules.unmodelled`` reports them)."""
+    that can hold them; an owner an earlier rule pinned needs a selected pod in its own domain (one is
+    pinned there when none is), else it stays pending naming both rules. Owners whose targets all stay
+    pending stay pending too (to a fixed point: chains of such terms)."""
     pods = [pl.lands(p) for p in pl.pending]
     stuck = pl.blocked | set(pl.result.refused)
     joins = _find_joins(pl, pods)
     _refuse_stranded_owners(pl, joins, stuck)
     for join in joins:
-        owners = [o for o in join.owners if o.key not in stuck]
-        targets = [t for t in join.targets if t.key not in stuck and pl.reach(t, join.key).domains]
+        owners = [o for o in join.owners if o.key not in stuck and o.key not in pl.result.refused]
+        targets = [t for t in join.targets if t.key not in stuck and t.key not in pl.result.refused
+                   and pl.reach(t, join.key).domains]
         if owners and targets:
-            home = _home_of(pl, join, owners, targets)
-            if home is not None:
-                _pin_join(pl, join, owners, home)
+            _place_join(pl, join, owners, targets)
+    _recheck_joins(pl, joins)
+
+
+def _recheck_joins(pl: _Planner, joins: Sequence[_Join]) -> None:
+    """A target a later join (or rule) left pending leaves its owners' domain without one: pin another
+    free target there, or leave those owners pending too, to a fixed point."""
+    changed = True
+    while changed:
+        changed = False
+        for join in joins:
+            key = join.key
+            gone = [t for t in join.targets if t.key in pl.result.refused]
+            if not gone:
+                continue
+            alive = [t for t in join.targets if t.key not in pl.result.refused and t.key not in pl.blocked]
+            for owner in join.owners:
+                domain = pl.pinned(owner, key)
+                if owner.key in pl.result.refused or domain is None or domain in pl.pins_on(key, alive):
+                    continue
+                spare = [t for t in alive if pl.pinned(t, key) is None and domain in pl.reach(t, key).domains
+                         and pl.has_room(t, pl.reach(t, key), domain)]
+                ranked = sorted(spare, key=lambda t: (_host_affinity_rank(t), sorted(t.requests.items()), t.key))
+                units = [u for u in (_host_group(t, alive) for t in ranked) if all(m in spare for m in u)]
+                if units:
+                    for member in units[0]:
+                        pl.pin(member, key, domain, f"{join.rule.describe()} (pods that require it join it there)")
+                    _pin_host_partner(pl, units[0][0], key, domain)
+                else:
+                    pl.refuse(owner, f"required pod affinity with {_selector(join.term)} on {key}: the pods it "
+                                     f"selects in {key}={domain} stay pending ({gone[0].key}: "
+                                     f"{pl.result.refused[gone[0].key]})")
+                changed = True
 
 
 def _find_joins(pl: _Planner, pods: Sequence[Pod]) -> list[_Join]:
-    """One join per (namespace, term) whose owners no rule pinned yet and whose targets are pending pods."""
+    """One join per (namespace, term) whose targets are pending pods."""
     joins: list[_Join] = []
     seen: set[tuple[str, PodAffinityTerm]] = set()
     for pod in pods:
@@ -712,7 +1103,7 @@ def _find_joins(pl: _Planner, pods: Sequence[Pod]) -> list[_Join]:
                    for o, labels in pl.bound):
                 continue  # running matches: ``rules.podaffinity`` confines it to their domains
             owners = [p for p in pods if p.namespace == pod.namespace and term in p.pod_affinity
-                      and p.key not in pl.settled]
+                      and p.key not in pl.settled and not selects_own(p, term)]  # self-affine ones: a group
             owner_keys = {p.key for p in owners}
             targets = [p for p in pods if p.key not in owner_keys
                        and term.selects(pod.namespace, pod.labels, p.namespace, p.labels)]
@@ -736,50 +1127,103 @@ def _refuse_stranded_owners(pl: _Planner, joins: Sequence[_Join], stuck: set[str
                 changed = True
 
 
-def _home_of(pl: _Planner, join: _Join, owners: list[Pod], targets: list[Pod]) -> str | None:
-    """Where the join's owners go, pinning the targets no rule pinned yet there too; None when the join is
-    left alone (either side pinned on another key, or both sides pinned apart: the verifier tells)."""
+def _place_join(pl: _Planner, join: _Join, owners: list[Pod], targets: list[Pod]) -> None:
+    """Pin the join's owners to domains holding a target. An owner pinned on the key already needs a target
+    in its own domain; the others are served domain by domain, the one most of them may use first (then
+    one a target is pinned to already, then room for them, then name). A domain no target is pinned to yet
+    gets one (the freest): each owner needs only one selected pod in its domain, and the other targets
+    keep their own choice. Owners no domain serves stay pending."""
     key = join.key
-    placed, joined = pl.pins_on(key, targets), pl.pins_on(key, owners)
-    free = [t for t in targets if t.key not in pl.settled]
-    if len(placed) + len(free) < len(targets) or len(joined) + sum(o.key not in pl.settled for o in owners) \
-            < len(owners):
-        return None  # pinned on another key by a rule of their own
     reason = f"{join.rule.describe()} (pods that require it join it there)"
-    if joined:  # the owners are themselves the targets of another such term: the targets come to them
-        home = max(sorted(set(joined)), key=joined.count)
-        if (placed and home not in placed) or not all(home in pl.reach(t, key).domains for t in free):
-            return None
-    elif placed:
-        return max(sorted(set(placed)), key=placed.count)
-    else:
-        common = [d for d in pl.reach(owners[0], key).domains if all(d in pl.reach(t, key).domains for t in free)]
-        if not common:
-            names = ", ".join(sorted({d for t in free for d in pl.reach(t, key).domains}))
-            for owner in owners:
+    free = [t for t in targets if pl.pinned(t, key) is None]
+
+    def has_target(domain: str) -> bool:
+        return domain in pl.pins_on(key, targets)
+
+    def take_target(domain: str) -> bool:
+        """Pin the freest target (with the pods that share its node) to the domain."""
+        takers = sorted((t for t in free if domain in pl.reach(t, key).domains
+                         and pl.has_room(t, pl.reach(t, key), domain)),
+                        key=lambda t: (_host_affinity_rank(t), sorted(t.requests.items()), t.key))
+        units = (_host_group(t, free) for t in takers)
+        unit = next((u for u in units if all(domain in pl.reach(m, key).domains
+                                             and pl.has_room(m, pl.reach(m, key), domain) for m in u)), None)
+        if not unit:
+            return False
+        for member in unit:
+            pl.pin(member, key, domain, reason)
+            free.remove(member)
+        _pin_host_partner(pl, unit[0], key, domain)
+        return True
+
+    fixed: dict[str, list[Pod]] = {}
+    for owner in owners:
+        if (domain := pl.pinned(owner, key)) is not None:
+            fixed.setdefault(domain, []).append(owner)
+    for domain, pinned in sorted(fixed.items()):
+        if not has_target(domain) and not take_target(domain):
+            for owner in pinned:
+                pl.refuse(owner, f"required pod affinity with {_selector(join.term)} on {key}: none of the pods it "
+                                 f"selects can land in {key}={domain}")
+    pin_reason = f"required pod affinity with {_selector(join.term)} on {key} (where the pods it selects go)"
+    unserved = [o for o in owners if pl.pinned(o, key) is None]
+    while unserved:
+        def fits(owner: Pod, domain: str) -> bool:
+            reach = pl.reach(owner, key)
+            return domain in reach.domains and pl.has_room(owner, reach, domain)
+        options = sorted({d for o in unserved for d in pl.reach(o, key).domains},
+                         key=lambda d: (-sum(fits(o, d) for o in unserved), not has_target(d),
+                                        -pl.holds(unserved, key, d), d))
+        chosen = next((d for d in options if any(fits(o, d) for o in unserved)
+                       and (has_target(d) or take_target(d))), None)
+        if chosen is None:
+            names = ", ".join(sorted({d for t in targets for d in pl.reach(t, key).domains}))
+            for owner in unserved:
                 pl.refuse(owner, f"{join.rule.describe()}: the pods it selects may only run in {names}, "
                                  "where it may not")
-            return None
-        home = _home(pl, [*free, *owners], key, common, {})
-    for target in free:
-        pl.pin(target, key, home, reason)
-    return home
+            return
+        for owner in [o for o in unserved if fits(o, chosen)]:
+            pl.pin(owner, key, chosen, pin_reason)
+        unserved = [o for o in unserved if pl.pinned(o, key) is None]
 
 
-def _pin_join(pl: _Planner, join: _Join, owners: list[Pod], home: str) -> None:
-    """Pin the owners no rule pinned yet to their targets' home, or leave them pending when they cannot run
-    there."""
-    key = join.key
-    reason = f"required pod affinity with {_selector(join.term)} on {key} (where the pods it selects go)"
-    open_domains = pl.reach(owners[0], key).domains
-    for owner in owners:
-        if owner.key in pl.result.pins:
-            continue
-        if home in open_domains:
-            pl.pin(owner, key, home, reason)
-        else:
-            pl.refuse(owner, f"{reason}: they are placed in {home}, where it may not run")
-    pl.settled.update(o.key for o in owners)
+def _host_affinity_rank(pod: Pod) -> int:
+    """0: no required hostname affinity; 1: to its own pods (its group shares a node); 2: to other pods
+    (a later rule may leave it pending)."""
+    terms = [t for t in pod.pod_affinity if t.topology_key == HOSTNAME]
+    if not terms:
+        return 0
+    return 1 if all(selects_own(pod, t) for t in terms) else 2
+
+
+def _pin_host_partner(pl: _Planner, pod: Pod, key: str, domain: str) -> None:
+    """A target pinned to ``domain`` whose required hostname affinity is to other pods needs one of those on
+    its node (``rules.antiaffinity`` bundles it with one): pin the smallest rule-free one there too, unless
+    one is pinned there already."""
+    terms = [t for t in pod.pod_affinity if t.topology_key == HOSTNAME and not selects_own(pod, t)]
+    if len(terms) != 1:
+        return
+    term = terms[0]
+    selected = [p for p in pl.pending if p.key != pod.key and p.key not in pl.blocked and p.key not in pl.settled
+                and term.selects(pod.namespace, pod.labels, p.namespace, p.labels, pl.namespaces.get(p.namespace))]
+    if any(pl.pinned(p, key) == domain and _host_affinity_rank(p) == 0 for p in selected):
+        return
+    spare = [p for p in selected if pl.pinned(p, key) is None and _host_affinity_rank(p) == 0
+             and domain in pl.reach(p, key).domains and pl.has_room(p, pl.reach(p, key), domain)]
+    if spare:
+        partner = min(spare, key=lambda p: (sorted(p.requests.items()), p.key))
+        pl.pin(partner, key, domain, f"required pod affinity with {_selector(term)} on {HOSTNAME} of {pod.key}, "
+                                     f"pinned to {key}={domain} (its share of the domains)")
+
+
+def _host_group(pod: Pod, pods: Sequence[Pod]) -> list[Pod]:
+    """The pod and the ``pods`` that carry the same required hostname affinity terms (they share a node, so
+    a domain pin takes them all alike)."""
+    terms = tuple(t for t in pod.pod_affinity if t.topology_key == HOSTNAME)
+    if not terms:
+        return [pod]
+    return [p for p in pods if p.namespace == pod.namespace
+            and tuple(t for t in p.pod_affinity if t.topology_key == HOSTNAME) == terms]
 
 
 def _selector(term: PodAffinityTerm) -> str:
@@ -793,16 +1237,15 @@ def apply(pods: Sequence[Pod], plan: DomainPlan) -> list[Pod]:
     for pod in pods:
         update: dict[str, object] = {}
         terms, reasons = list(pod.rule_terms), list(pod.rule_reasons)
-        if pod.key in plan.refused and pod.key not in plan.pins:
+        if pod.key in plan.refused:
             update["rule_problem"] = plan.refused[pod.key]
         else:
-            if pod.key in plan.pins:
-                key, value = plan.pins[pod.key]
+            for key, value in sorted(plan.pins.get(pod.key, {}).items()):
                 if key == ZONE:
                     update["zone_pin"] = value
                 else:
                     terms.append((Requirements.of([Requirement(key=key, operator="In", values=(value,))]),))
-                    reasons.append(plan.pinned_by[pod.key])
+                    reasons.append(plan.pinned_by[pod.key][key])
             for key, values, reason in plan.excluded.get(pod.key, ()):
                 terms.append((Requirements.of([Requirement(key=key, operator="NotIn", values=values)]),))
                 reasons.append(reason)
@@ -830,7 +1273,8 @@ class DomainRules(Rule):
             return pods
         submitted = [batch.submitted.get(p.key, p) for p in pods]
         blocked = {p.key for p in pods if p.rule_problem or p.volume_problem}
-        return apply(pods, plan_domains(submitted, batch.placed, domain_nodes(batch), blocked, pods))
+        return apply(pods, plan_domains(submitted, batch.placed, domain_nodes(batch), blocked, pods,
+                                        batch.namespaces))
 
     def unmodelled(self, batch: BatchContext, classes: Sequence[PodClass],
                    counters: Sequence[NodeCounter]) -> list[str]:
@@ -839,20 +1283,11 @@ class DomainRules(Rule):
             pod = c.representative
             if pod.rule_problem or pod.volume_problem:
                 continue  # unschedulable with a reason: nothing of it lands
-            for term in pod.pod_anti_affinity:
-                if term.topology_key != HOSTNAME and not selects_own(pod, term) and selects_other_class(
-                        pod, term, c, classes, batch.namespaces):
-                    notes.append(f"{c.name}: required pod anti-affinity on {term.topology_key} towards pending "
-                                 "pods of other workloads is not modelled")
             for term in pod.pod_affinity:
                 if term.topology_key != HOSTNAME and not selects_own(pod, term) and not confined(
                         pod, term.topology_key):
                     notes.append(f"{c.name}: required pod affinity on {term.topology_key} to pending pods of other "
                                  "workloads (none running) is not modelled")
-            hard = [r for r in domain_rules(pod) if r.hard]
-            if len(hard) > 1:
-                notes.append(f"{c.name}: only its first hard topology rule ({hard[0].describe()}) pins it; "
-                             + "; ".join(r.describe() for r in hard[1:]) + " not modelled")
         return notes
 
     def conservative(self, batch: BatchContext, classes: Sequence[PodClass],
@@ -869,4 +1304,4 @@ class DomainRules(Rule):
 
 #: the endings of the reasons this module's pins carry (``pinned_by``)
 _PIN_REASONS = ("(its share of the domains)", "(pods that require it join it there)",
-                "(where the pods it selects go)")
+                "(where the pods it selects go)", "(its side of the domains)")

@@ -168,11 +168,11 @@ def test_preferred_affinity_to_running_pods_picks_their_zone() -> None:
     assert set(_zones(plan, "default/web")) == {"test-zone-c"}
 
 
-def test_preferred_hostname_self_anti_affinity_is_reported() -> None:
-    objects = [linux_pool("default"), pod("a", labels={"app": "a"},
-                                          spec_extra=_affinity("podAntiAffinity", "a", HOST, preferred=10))]
-    plan = solve_verified(snapshot_of(objects)).plan
-    assert any("preferred pod (anti-)affinity on kubernetes.io/hostname" in n for n in plan.solver.notes)
+def test_preferred_hostname_self_anti_affinity_is_modelled() -> None:
+    objects = [linux_pool("default")] + [pod(f"a-{i}", labels={"app": "a"}, owner="a", spec_extra=_affinity(
+        "podAntiAffinity", "a", HOST, preferred=10)) for i in range(2)]
+    plan = solve_verified(snapshot_of(objects)).plan  # kept under Respect: rules.hostpreferences
+    assert len(plan.node_claims) == 2 and not any("not modelled" in n for n in plan.solver.notes)
 
 
 # --- required rules towards running pods -----------------------------------------------------------------
