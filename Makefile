@@ -53,7 +53,7 @@ bench-controller: $(STAMP) control-plane
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/mypy model solver providers controller
+	$(BIN)/mypy model solver providers controller cli reports
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

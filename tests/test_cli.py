@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from controller.cli import app
+from cli.app import app
 from tests.conftest import EXAMPLE
 
 runner = CliRunner()

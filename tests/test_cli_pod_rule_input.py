@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from controller.cli import app
+from cli.app import app
 
 HEAD = ("apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: shop}\nspec:\n"
         "  containers: [{name: a, resources: {requests: {cpu: 100m}}}]\n")

@@ -12,8 +12,8 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 from typer.testing import CliRunner
 
-from controller.capture import CapturedKind, capture, scrub
-from controller.cli import app
+from cli.app import app
+from cli.capture import CapturedKind, capture, scrub
 
 SECRETS = ("hunter2", "env-secret-value", "cmdline-secret", "template-secret")
 

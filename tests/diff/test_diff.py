@@ -22,11 +22,11 @@ from syrupy.extensions.json import JSONSnapshotExtension
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from typer.testing import CliRunner
 
-from controller.cli import app
-from controller.diff import Catalog, compute_diff, load_side
-from controller.diff_render import render_diff_markdown, render_diff_terminal
+from cli.app import app
 from model.plandiff import PlanDiff
 from providers.kwok import kwok_catalog
+from reports.diff import Catalog, compute_diff, load_side
+from reports.diff_render import render_diff_markdown, render_diff_terminal
 from solver.provision import SolveOptions
 from tests.conftest import ROOT
 
@@ -301,7 +301,7 @@ def test_quiet_keeps_stderr_for_errors_and_gates() -> None:
 def test_shell_completion_knows_diff_options() -> None:
     env = {**os.environ, "_NODEPLAN_COMPLETE": "complete_bash", "COMP_WORDS": "nodeplan diff --fail",
            "COMP_CWORD": "2"}
-    script = 'from controller.cli import app; app(prog_name="nodeplan")'
+    script = 'from cli.app import app; app(prog_name="nodeplan")'
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60,
                          check=False, cwd=ROOT)
     assert "--fail-on-unschedulable" in out.stdout
@@ -374,7 +374,7 @@ def test_bad_git_revisions_are_one_line_exit_2(repo: Path) -> None:
 def test_progress_appears_only_after_the_delay() -> None:
     import time
 
-    from controller.diff_cli import _progress
+    from cli.diff import _progress
 
     with _progress(enabled=True, delay=0.05) as progress:
         assert progress is not None and not progress.live.is_started

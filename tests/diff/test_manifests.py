@@ -185,7 +185,7 @@ def test_solve_and_verify_read_manifests(tmp_path: Path) -> None:
 
     from typer.testing import CliRunner
 
-    from controller.cli import app
+    from cli.app import app
 
     runner = CliRunner()
     out = tmp_path / "plan.json"

@@ -8,7 +8,7 @@ import shlex
 import yaml
 from typer.testing import CliRunner
 
-from controller.cli import app
+from cli.app import app
 from tests.conftest import ROOT
 
 

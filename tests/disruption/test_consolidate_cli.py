@@ -11,7 +11,7 @@ import yaml
 from typer.testing import CliRunner
 
 from bench.fragmented import split_cluster
-from controller.cli import app
+from cli.app import app
 from model.pod import Pod
 from solver.disruption.candidates import DELETION_COST, eviction_cost
 from tests.disruption.helpers import (

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from controller.cli import app
+from cli.app import app
 from model.workload import PodDisruptionBudget
 from tests.disruption.helpers import (
     NOW,

@@ -11,7 +11,7 @@ import yaml
 from kubernetes import client
 from typer.testing import CliRunner
 
-from controller.cli import app
+from cli.app import app
 from model.snapshot import load_snapshot
 from tests.e2e.conftest import Cluster, apply
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from controller.cli import app
-from controller.report import DAEMON_COLOUR, node_bars, render_html
+from cli.app import app
 from model.snapshot import Snapshot
+from reports.html import DAEMON_COLOUR, node_bars, render_html
 from solver.provision import SolveOptions, SolveResult, solve
 from tests.conftest import EXAMPLE
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from controller.cli import app
+from cli.app import app
 from model.inflight import node_views
 from model.plan import ProvisioningPlan
 from model.snapshot import Snapshot, load_snapshot

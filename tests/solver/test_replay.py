@@ -22,7 +22,7 @@ import yaml
 from typer.testing import CliRunner
 
 from bench.workloads import as_list, linux_pool, pod
-from controller.cli import app
+from cli.app import app
 from model import labels as wk
 from model.plan import ProvisioningPlan
 from model.pod import Pod

@@ -12,7 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from bench.workloads import as_list, linux_pool, pod
-from controller.cli import app
+from cli.app import app
 from model.errors import InputError
 from model.snapshot import load_snapshot, parse_objects
 

@@ -270,7 +270,7 @@ def test_cli_exits_2_with_one_line_when_a_permission_is_missing(monkeypatch: pyt
                                                                 tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from controller.cli import app
+    from cli.app import app
 
     fake = FakeAuthz({("list", "karpenter.sh", "nodepools")})
     monkeypatch.setattr(permissions.client, "AuthorizationV1Api", lambda api: fake)

@@ -19,11 +19,9 @@ import yaml
 from pydantic import ValidationError
 from rich.console import Console
 
-from controller.capture import snapshot_cmd
-from controller.diff_cli import diff_cmd, solve_progress
-from controller.render import render_disruption, render_plan
-from controller.report import render_html
-from controller.run_cli import crds_cmd, run_cmd
+from cli.capture import snapshot_cmd
+from cli.diff import diff_cmd, solve_progress
+from cli.run import crds_cmd, run_cmd
 from model.disruption import DisruptionPlan
 from model.durations import parse_time
 from model.errors import InputError
@@ -33,6 +31,8 @@ from model.plan import ProvisioningPlan
 from model.snapshot import Snapshot, read_documents
 from providers.catalog_file import load_catalog
 from providers.kwok import kwok_catalog
+from reports.html import render_html
+from reports.terminal import render_disruption, render_plan
 from solver.disruption.consolidate import ConsolidateOptions
 from solver.disruption.plan import ConsolidationResult, consolidate
 from solver.disruption.verify import verify_disruption

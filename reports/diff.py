@@ -5,7 +5,7 @@ A side is read as
 - **manifests** when it is a directory, or a file of workloads with nothing only a live cluster has
   (``helm template`` / ``kustomize build`` output; see ``model.manifests.looks_like_manifests``);
 - a **snapshot** otherwise (``kubectl get -o yaml`` output);
-- any of these as of a git revision: ``REV:PATH`` (``origin/main:deploy``), see ``controller.gitrev``.
+- any of these as of a git revision: ``REV:PATH`` (``origin/main:deploy``), see ``reports.gitrev``.
 Snapshots and manifests are solved on the fly with the side's catalog; the diff itself only reads the two
 plans, so any two plans compare.
 """
@@ -23,7 +23,6 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from controller.gitrev import export, is_revision_spec, relocate
 from model.errors import InputError
 from model.instancetype import InstanceType
 from model.manifests import load_input
@@ -44,6 +43,7 @@ from model.plandiff import (
 )
 from model.quantity import quantity_int
 from model.snapshot import Snapshot, read_documents
+from reports.gitrev import export, is_revision_spec, relocate
 from solver.provision import SolveOptions, solve
 
 SideName = Literal["base", "head"]
@@ -99,7 +99,7 @@ def _plan_from(doc: object, path: Path) -> ProvisioningPlan:
 def load_side(name: SideName, path: Path, catalog: Catalog, options: SolveOptions) -> Side:
     """Read, and unless it is a saved plan solve, one side; any InputError becomes a SideError.
 
-    ``REV:PATH`` (when no such file exists) reads PATH as of git revision REV (``controller.gitrev``).
+    ``REV:PATH`` (when no such file exists) reads PATH as of git revision REV (``reports.gitrev``).
     """
     spec = str(path)
     if not is_revision_spec(spec):

@@ -1,4 +1,4 @@
-"""The ``nodeplan diff`` command (registered on the app in ``controller/cli.py``).
+"""The ``nodeplan diff`` command (registered on the app in ``cli/app.py``).
 
 Exit codes: 0 the diff was reported; 1 a gate failed (one line on stderr saying why; the report is still
 written); 2 bad input — one line naming the side (base/head), file, object and field.
@@ -19,11 +19,11 @@ import typer
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from controller.diff import Catalog, SideError, SideName, compute_diff, gate_failures, load_side
-from controller.diff_render import render_diff_markdown, render_diff_terminal
 from model.errors import InputError
 from providers.catalog_file import load_catalog
 from providers.kwok import kwok_catalog
+from reports.diff import Catalog, SideError, SideName, compute_diff, gate_failures, load_side
+from reports.diff_render import render_diff_markdown, render_diff_terminal
 from solver.provision import SolveOptions
 
 

@@ -1,0 +1,1 @@
+"""What nodeplan shows people: plan tables, the HTML report, plan diffs (terminal, Markdown) and their git sides."""
