@@ -24,7 +24,7 @@ family under ``solver/verify/``.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, ClassVar
 
@@ -88,14 +88,13 @@ class BatchContext:
                 + [(e.node.labels, list(e.node.taints)) for e in self.existing])
 
 
-@dataclass
 class Why:
     """One class's standing against the compiled problem, worked out once for ``explain``: which templates
     its labels accept, which of those it tolerates, which its rules admit, which are large enough."""
 
-    problem: Problem
-    c: int
-    _cache: dict[str, list[int]] = field(default_factory=dict)
+    def __init__(self, problem: Problem, c: int) -> None:
+        self.problem = problem
+        self.c = c
 
     @property
     def pod_class(self) -> PodClass:
@@ -105,35 +104,26 @@ class Why:
     def pod(self) -> Pod:
         return self.problem.classes[self.c].representative
 
-    @property
+    @cached_property
     def label_ok(self) -> list[int]:
-        if "label_ok" not in self._cache:
-            self._cache["label_ok"] = [t for t in range(len(self.problem.templates))
-                                       if self.problem.selection_labels_ok(self.c, t)]
-        return self._cache["label_ok"]
+        return [t for t in range(len(self.problem.templates)) if self.problem.selection_labels_ok(self.c, t)]
 
-    @property
+    @cached_property
     def tolerated(self) -> list[int]:
         from model.taints import untolerated
-        if "tolerated" not in self._cache:
-            self._cache["tolerated"] = [t for t in self.label_ok if not untolerated(
-                self.pod_class.tolerations, self.problem.templates[t].pool.taints)]
-        return self._cache["tolerated"]
+        return [t for t in self.label_ok if not untolerated(self.pod_class.tolerations,
+                                                             self.problem.templates[t].pool.taints)]
 
-    @property
+    @cached_property
     def admitted(self) -> list[int]:
         """Templates every family's admission leaves open to the class."""
-        if "admitted" not in self._cache:
-            self._cache["admitted"] = [t for t in self.tolerated if self.problem.template_ok[self.c, t]]
-        return self._cache["admitted"]
+        return [t for t in self.tolerated if self.problem.template_ok[self.c, t]]
 
-    @property
+    @cached_property
     def fits(self) -> list[int]:
         """Admitted templates whose allocatable (counters included) holds one unit of the class."""
-        if "fits" not in self._cache:
-            sizes = self.problem.sizes[self.c]
-            self._cache["fits"] = [t for t in self.admitted if np.all(self.problem.template_alloc[t] >= sizes)]
-        return self._cache["fits"]
+        sizes = self.problem.sizes[self.c]
+        return [t for t in self.admitted if np.all(self.problem.template_alloc[t] >= sizes)]
 
 
 class Rule:
