@@ -22,12 +22,17 @@ run: $(STAMP)
 	$(BIN)/nodeplan solve $(SNAPSHOT) --compare greedy
 
 ## The whole test suite (what CI runs), e2e tests on the real control plane included.
-test: $(STAMP) control-plane browser
+test: $(STAMP) control-plane browser dra-cel
 	$(BIN)/python -m pytest -q
 
 ## Build the pinned control-plane binaries (etcd, kube-*, kwok) if missing: ~6-8 min cold, 0.1 s warm.
 control-plane:
 	@hack/control-plane/build.sh >/dev/null
+
+## Build the DRA CEL oracle (Go, k8s.io/dynamic-resource-allocation/cel) if missing: ~2-3 min cold, 0.1 s warm.
+.PHONY: dra-cel
+dra-cel:
+	@hack/dra-cel/build.sh >/dev/null
 
 ## Debian's chromium for the HTML report's screenshot test, installed only when missing.
 browser:

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Builds the DRA CEL oracle (main.go in this module, k8s.io/dynamic-resource-allocation/cel) from the Go
+# module proxy into a cache directory keyed by its pinned version (see versions.env):
+#   ${NODEPLAN_CACHE:-$HOME/.cache/nodeplan}/dra-cel/<DRA_CEL_VERSION>/bin/dra-cel
+# Idempotent: when the binary exists and answers a probe case, nothing is built. The bin directory is
+# printed as the last line on stdout; everything else goes to stderr.
+#
+# Usage: hack/dra-cel/build.sh [--force]
+# Env:   NODEPLAN_CACHE       cache root (default $HOME/.cache/nodeplan)
+#        NODEPLAN_BUILD_JOBS  go build -p (default 2)
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=versions.env
+source "${here}/versions.env"
+
+force=0
+case "${1:-}" in
+  --force) force=1 ;;
+  "") ;;
+  *) echo "usage: $0 [--force]" >&2; exit 2 ;;
+esac
+
+root="${NODEPLAN_CACHE:-${HOME}/.cache/nodeplan}/dra-cel/${DRA_CEL_VERSION}"
+bin="${root}/bin"
+# The binary is keyed by version, but main.go may change between versions: the stamp records the hash of
+# the module's sources, so an edited oracle is rebuilt.
+stamp="${root}/sources.sha256"
+
+log() { echo "build.sh: $*" >&2; }
+
+sources_hash() {
+  (cd "${here}" && cat go.mod go.sum main.go versions.env | sha256sum | cut -d' ' -f1)
+}
+
+is_built() {
+  [[ -x "${bin}/dra-cel" ]] || return 1
+  [[ -s "${stamp}" && "$(cat "${stamp}")" == "$(sources_hash)" ]] || return 1
+  [[ "$(echo '{"expression":"device.driver == \"d\"","driver":"d"}' | "${bin}/dra-cel" 2>/dev/null)" == *'"result":true'* ]]
+}
+
+if [[ "${force}" == 0 ]] && is_built; then
+  log "up to date: ${bin}"
+  echo "${bin}"
+  exit 0
+fi
+
+mkdir -p "${root}"
+# One build at a time per version (a second caller waits, then finds the binary built).
+exec 9>"${root}/.build.lock"
+flock 9
+if [[ "${force}" == 0 ]] && is_built; then
+  log "built by a concurrent run: ${bin}"
+  echo "${bin}"
+  exit 0
+fi
+
+export CGO_ENABLED=0
+export GOTOOLCHAIN=local
+# The checked-in go.sum is authoritative: never rewrite go.mod/go.sum during a build.
+export GOFLAGS="-mod=readonly -buildvcs=false"
+jobs="${NODEPLAN_BUILD_JOBS:-2}"
+
+# The oracle must evaluate as the pinned control plane's scheduler does.
+# shellcheck source=../control-plane/versions.env
+staging="$(source "${here}/../control-plane/versions.env" && echo "${KUBERNETES_STAGING_VERSION}")"
+if [[ "${DRA_CEL_VERSION}" != "${staging}" ]]; then
+  log "versions.env pins DRA_CEL_VERSION=${DRA_CEL_VERSION}, the control plane's staging version is ${staging}"
+  exit 1
+fi
+got="$(cd "${here}" && go list -m -f '{{.Version}}' k8s.io/dynamic-resource-allocation)"
+if [[ "${got}" != "${DRA_CEL_VERSION}" ]]; then
+  log "go.mod pins k8s.io/dynamic-resource-allocation ${got}, versions.env says ${DRA_CEL_VERSION}"
+  exit 1
+fi
+
+start=${SECONDS}
+tmp="${root}/bin.tmp.$$"
+rm -rf "${tmp}"
+mkdir -p "${tmp}"
+trap 'rm -rf "${tmp}"' EXIT
+log "building dra-cel (k8s.io/dynamic-resource-allocation ${DRA_CEL_VERSION}, -p ${jobs})"
+(cd "${here}" && go build -p "${jobs}" -trimpath -ldflags "-s -w" -o "${tmp}/dra-cel" .)
+mkdir -p "${bin}"
+mv -f "${tmp}/dra-cel" "${bin}/dra-cel"
+sources_hash > "${stamp}"
+if ! is_built; then
+  log "the built oracle does not answer the probe case"
+  exit 1
+fi
+log "built in $((SECONDS - start))s: ${bin}"
+echo "${bin}"
