@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from model.dra import ResourceSlice, SliceTemplate, node_slices, parse_inventory
 from model.errors import InputError
 from model.fields import RawObject
 from model.resources import Resources
@@ -54,6 +55,12 @@ class InstanceType(BaseModel):
     capacity: Resources
     overhead: Overhead = Overhead()
     offerings: tuple[Offering, ...] = ()
+    #: the DRA devices a node of this type publishes (its ResourceSlices minus the node fields)
+    resource_slices: tuple[SliceTemplate, ...] = ()
+
+    def node_resource_slices(self, node_name: str) -> tuple[ResourceSlice, ...]:
+        """The ResourceSlices a node of this type named ``node_name`` publishes (``model.dra.node_slices``)."""
+        return node_slices(self.resource_slices, node_name)
 
     @property
     def allocatable(self) -> Resources:
@@ -90,4 +97,5 @@ class InstanceType(BaseModel):
                               system_reserved=overhead.parse("systemReserved", Resources.parse),
                               eviction_threshold=overhead.parse("evictionThreshold", Resources.parse)),
             offerings=tuple(offerings),
+            resource_slices=parse_inventory(obj.items("resourceSlices")),
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -85,6 +86,72 @@ def _preferred_terms(section: RawObject) -> tuple[PodAffinityTerm, ...]:
     return tuple(out)
 
 
+class PodClaimRef(BaseModel):
+    """One ``spec.resourceClaims`` entry: a named ResourceClaim shared by every pod naming it, or a template
+    the claim controller stamps one claim per pod from (exactly one of the two is set)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    claim_name: str = ""
+    template_name: str = ""
+
+
+class ContainerClaim(BaseModel):
+    """A container's ``resources.claims`` entry: which pod claim (and optionally which request) it uses."""
+
+    model_config = ConfigDict(frozen=True)
+
+    container: str
+    name: str
+    request: str = ""
+
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _claim_refs(spec: RawObject) -> tuple[PodClaimRef, ...]:
+    """``spec.resourceClaims`` checked as the API server does: DNS-label names, unique, exactly one source."""
+    out: list[PodClaimRef] = []
+    for item in spec.items("resourceClaims"):
+        name = item.str("name")
+        if not name or len(name) > 63 or not _DNS_LABEL.match(name):
+            raise InputError(f"claim name {name!r} must be a DNS label", field=f"{item.path}.name")
+        if any(ref.name == name for ref in out):
+            raise InputError(f"duplicate claim name {name!r}", field=f"{item.path}.name")
+        claim, template = item.str("resourceClaimName"), item.str("resourceClaimTemplateName")
+        if bool(claim) == bool(template):
+            raise InputError("exactly one of resourceClaimName or resourceClaimTemplateName is required",
+                             field=item.path)
+        key = "resourceClaimName" if claim else "resourceClaimTemplateName"
+        value = claim or template
+        if len(value) > 253 or not _DNS_SUBDOMAIN.match(value):
+            raise InputError(f"{value!r} must be a DNS subdomain", field=f"{item.path}.{key}")
+        out.append(PodClaimRef(name=name, claim_name=claim, template_name=template))
+    return tuple(out)
+
+
+def _container_claims(spec: RawObject, refs: tuple[PodClaimRef, ...]) -> tuple[ContainerClaim, ...]:
+    """Containers' ``resources.claims``: each must name one of the pod's claims, at most once per container."""
+    names = {ref.name for ref in refs}
+    out = []
+    for key in ("initContainers", "containers"):
+        for container in spec.items(key):
+            used: set[str] = set()
+            for item in container.obj("resources").items("claims"):
+                name, request = item.str("name"), item.str("request")
+                if name not in names:
+                    raise InputError(f"claim {name!r} must be one of the pod's spec.resourceClaims",
+                                     field=f"{item.path}.name")
+                key = f"{name}/{request}" if request else name
+                if name in used or key in used or (not request and any(u.startswith(f"{name}/") for u in used)):
+                    raise InputError(f"claim {key!r} is referenced twice in this container", field=item.path)
+                used.add(key)
+                out.append(ContainerClaim(container=container.str("name"), name=name, request=request))
+    return tuple(out)
+
+
 class PreferredTerm(BaseModel):
     model_config = ConfigDict(frozen=True)
     weight: int
@@ -120,7 +187,11 @@ class Pod(BaseModel):
     topology_spread: tuple[TopologySpreadConstraint, ...] = ()
     host_ports: tuple[HostPort, ...] = ()
     volume_claims: tuple[str, ...] = ()
-    resource_claims: tuple[str, ...] = ()
+    #: ``spec.resourceClaims`` (DRA); ``model.dra.ClaimIndex`` resolves them against the snapshot
+    resource_claims: tuple[PodClaimRef, ...] = ()
+    #: ``status.resourceClaimStatuses``: (pod claim name, generated ResourceClaim name, "" if none was needed)
+    claim_statuses: tuple[tuple[str, str], ...] = ()
+    container_claims: tuple[ContainerClaim, ...] = ()
     #: volume topology: each group's alternatives are ORed, groups are ANDed (``model.volumes``)
     volume_terms: tuple[tuple[Requirements, ...], ...] = ()
     #: why the pod's volumes keep it from any node (an unbound Immediate claim, a missing claim)
@@ -189,6 +260,7 @@ class Pod(BaseModel):
             preferred.append(PreferredTerm(weight=weight, requirements=item.parse("preference", selector_term)))
         pod_affinity = spec.obj("affinity").obj("podAffinity")
         anti = spec.obj("affinity").obj("podAntiAffinity")
+        claims = _claim_refs(spec)
         return {
             "pod_affinity": _required_terms(pod_affinity),
             "pod_anti_affinity": _required_terms(anti),
@@ -198,7 +270,8 @@ class Pod(BaseModel):
             "host_ports": parse_host_ports(spec),
             "volume_claims": tuple(v.obj("persistentVolumeClaim").str("claimName")
                                    for v in spec.items("volumes") if v.data.get("persistentVolumeClaim")),
-            "resource_claims": tuple(c.str("name") for c in spec.items("resourceClaims")),
+            "resource_claims": claims,
+            "container_claims": _container_claims(spec, claims),
             "requests": effective_requests(spec),
             "node_selector": spec.string_map("nodeSelector"),
             "required_terms": terms,
@@ -229,5 +302,7 @@ class Pod(BaseModel):
             created=meta.str("creationTimestamp"),
             started=obj.obj("status").str("startTime"),
             nominated_node=obj.obj("status").str("nominatedNodeName"),
+            claim_statuses=tuple((c.str("name"), c.str("resourceClaimName"))
+                                 for c in obj.obj("status").items("resourceClaimStatuses")),
             **cls.parse_spec(spec),
         )

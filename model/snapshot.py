@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict
 
 from model import volumes
 from model.api import validate_api
+from model.dra import ClaimIndex, DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 from model.errors import InputError
 from model.instancetype import InstanceType
 from model.node import Node
@@ -35,11 +36,8 @@ def _load_yaml_stream(text: str) -> list[Any]:
     items = loaded if isinstance(loaded, list) else [loaded]
     return [d for d in items if d is not None]
 
-#: Kinds kept as raw objects for rules that read them directly (volumes, DRA).
-RAW_KINDS = frozenset({
-    "PersistentVolumeClaim", "PersistentVolume", "StorageClass", "CSINode", "ResourceClaim",
-    "ResourceClaimTemplate", "DeviceClass", "ResourceSlice",
-})
+#: Kinds kept as raw objects for rules that read them directly (volumes).
+RAW_KINDS = frozenset({"PersistentVolumeClaim", "PersistentVolume", "StorageClass", "CSINode"})
 
 
 class Snapshot(BaseModel):
@@ -54,6 +52,10 @@ class Snapshot(BaseModel):
     daemonsets: tuple[DaemonSet, ...] = ()
     pdbs: tuple[PodDisruptionBudget, ...] = ()
     namespaces: tuple[Namespace, ...] = ()
+    device_classes: tuple[DeviceClass, ...] = ()
+    resource_claims: tuple[ResourceClaim, ...] = ()
+    resource_claim_templates: tuple[ResourceClaimTemplate, ...] = ()
+    resource_slices: tuple[ResourceSlice, ...] = ()
     raw_objects: tuple[dict[str, Any], ...] = ()
     instance_types: tuple[InstanceType, ...] = ()
     source: str = ""
@@ -68,6 +70,12 @@ class Snapshot(BaseModel):
 
     def nodepool(self, name: str) -> NodePool | None:
         return next((np for np in self.nodepools if np.name == name), None)
+
+    def claim_index(self) -> ClaimIndex:
+        """Claims, templates and classes by key with each claim's pending consumers; ``.resolve(pod)`` gives
+        a pod's claims. Built fresh on every call (the snapshot is copied with other pods as it is solved):
+        build it once per state and keep it."""
+        return ClaimIndex(self.pods, self.resource_claims, self.resource_claim_templates, self.device_classes)
 
     def with_catalog(self, instance_types: Iterable[InstanceType]) -> Snapshot:
         return self.model_copy(update={"instance_types": tuple(instance_types)})
@@ -157,6 +165,10 @@ _PARSERS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "DaemonSet": DaemonSet.parse,
     "PodDisruptionBudget": PodDisruptionBudget.parse,
     "Namespace": Namespace.parse,
+    "DeviceClass": DeviceClass.parse,
+    "ResourceClaim": ResourceClaim.parse,
+    "ResourceClaimTemplate": ResourceClaimTemplate.parse,
+    "ResourceSlice": ResourceSlice.parse,
 }
 
 
@@ -199,6 +211,9 @@ def parse_objects(objects: Iterable[Any], *, source: str) -> Snapshot:
         pods=tuple(pods), nodes=tuple(buckets["Node"]), nodepools=tuple(buckets["NodePool"]),
         nodeclaims=tuple(buckets["NodeClaim"]), daemonsets=tuple(buckets["DaemonSet"]),
         pdbs=tuple(buckets["PodDisruptionBudget"]), namespaces=tuple(buckets["Namespace"]),
+        device_classes=tuple(buckets["DeviceClass"]), resource_claims=tuple(buckets["ResourceClaim"]),
+        resource_claim_templates=tuple(buckets["ResourceClaimTemplate"]),
+        resource_slices=tuple(buckets["ResourceSlice"]),
         raw_objects=tuple(raw), source=source, warnings=tuple(warnings),
     )
 

@@ -12,8 +12,18 @@ instanceTypes:
     overhead: {kubeReserved: {cpu: 70m, memory: 574Mi}, systemReserved: {}, evictionThreshold: {memory: 100Mi}}
     offerings:
       - {zone: us-east-1a, capacityType: on-demand, price: 0.096, available: true}
+  - name: g5.xlarge
+    ...
+    resourceSlices:               # optional: the DRA devices each node of the type publishes
+      - driver: gpu.nvidia.com    # a ResourceSlice spec minus nodeName (pool: {name: suffix} optional)
+        devices:
+          - name: gpu-0
+            attributes: {productName: {string: NVIDIA A10G}, driverVersion: {version: 550.163.1}}
+            capacity: {memory: {value: 23028Mi}}
 ```
-``node.kubernetes.io/instance-type`` is added from ``name`` when missing.
+``node.kubernetes.io/instance-type`` is added from ``name`` when missing. ``resourceSlices`` use the
+``resource.k8s.io/v1`` field names and limits (``model.dra.SliceTemplate``); a node named N publishes them
+in pool N (or N/<pool.name>), generation 1.
 """
 
 from __future__ import annotations

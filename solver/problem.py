@@ -72,6 +72,8 @@ class Problem:
     conservative: list[str] = field(default_factory=list)
     #: the same notes by family name: a lower bound drops exactly these families (``Rule.relaxable``)
     conservative_by: dict[str, list[str]] = field(default_factory=dict)
+    #: why a family closed nodes to a class (family name → class index → reason), for ``explain``
+    closed_because: dict[str, dict[int, str]] = field(default_factory=dict)
 
     def selection_labels_ok(self, c: int, t: int) -> bool:
         """Labels only (no taints): used to tell a person which rule refused a pod."""
@@ -153,7 +155,8 @@ def _matrices(batch: BatchContext, classes: list[PodClass], counters: list[NodeC
     snapshot, templates, existing = batch.snapshot, batch.templates, batch.existing
     base = resource_axes(classes)
     axes = base + tuple(counter.name for counter in counters)
-    sizes = np.array([vector(c.unit_requests, base) + [counter.uses.get(c.index, 0) * c.unit for counter in counters]
+    sizes = np.array([vector(c.unit_requests, base)
+                      + [counter.uses.get(c.index, 0) * (1 if counter.per_unit else c.unit) for counter in counters]
                       for c in classes], dtype=np.int64).reshape(len(classes), len(axes))
     daemons_on = [[ds.pod for ds in snapshot.daemonsets if ds.runs_on(t.labels, t.pool.taints)] for t in templates]
     template_alloc = np.array([vector(t.allocatable, axes) for t in templates],
@@ -162,9 +165,11 @@ def _matrices(batch: BatchContext, classes: list[PodClass], counters: list[NodeC
                              dtype=np.int64).reshape(len(existing), len(axes))
     for j, counter in enumerate(counters):
         for t in range(len(templates)):
-            template_alloc[t, len(base) + j] = counter.capacity_with(daemons_on[t])
+            template_alloc[t, len(base) + j] = (counter.template_capacity[t] if counter.template_capacity is not None
+                                                else counter.capacity_with(daemons_on[t]))
         for e, cap in enumerate(existing):
-            existing_free[e, len(base) + j] = counter.capacity_with(batch.bound.get(cap.name, []))
+            existing_free[e, len(base) + j] = (counter.existing_capacity[e] if counter.existing_capacity is not None
+                                               else counter.capacity_with(batch.bound.get(cap.name, [])))
     # a class that requests a resource a node lacks (zero allocatable) fits nowhere there; sizes cover it
     return Problem(snapshot=snapshot, classes=classes, pools=pool_infos(snapshot), templates=templates,
                    existing=existing, axes=axes, sizes=sizes, template_alloc=template_alloc,

@@ -24,7 +24,7 @@ family under ``solver/verify/``.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, ClassVar
 
@@ -56,6 +56,8 @@ class BatchContext:
     #: states no policy (consolidation, bounds): those families then encode nothing
     preference_policy: PreferencePolicy | None = None
     preference_price: float = 0.0
+    #: what a family works out once per batch and reads in several phases (family name → its analysis)
+    memo: dict[str, object] = field(default_factory=dict)
 
     @cached_property
     def namespaces(self) -> dict[str, dict[str, str]]:

@@ -62,6 +62,12 @@ class NodeCounter:
     star: bool = False
     #: where this counter is stricter than Kubernetes ("" when exact)
     strict: str = ""
+    #: capacities that differ node by node (DRA devices): one per template / existing node, in the problem's
+    #: order, used instead of ``capacity_with``
+    template_capacity: tuple[int, ...] | None = None
+    existing_capacity: tuple[int, ...] | None = None
+    #: ``uses`` counts per unit of a class (a bundle's shared claim once), not per pod
+    per_unit: bool = False
 
     def capacity_with(self, pods: Sequence[Pod]) -> int:
         """Capacity left on a node already running ``pods`` (daemon pods or bound pods)."""

@@ -1,24 +1,455 @@
-"""Dynamic Resource Allocation (``resource.k8s.io``): pods' ResourceClaims and the devices nodes publish.
+"""Dynamic Resource Allocation (``resource.k8s.io/v1``): pods' device claims as admission, per-node device
+dimensions, bundles and pins, so every stage (greedy, pricing, compact, proof, master, consolidation) keeps
+them without knowing DRA.
 
-Not modelled yet: a pod with claims is reported in the plan's notes (and, as the plan gate re-checks
-nothing about devices, placed by its other rules only).
+A pod's claims are resolved as the scheduler's PreEnqueue / PreFilter read them (``model.dra.ClaimIndex``): a
+claim that is missing, in use, or names a DeviceClass that does not exist leaves the pod pending with that
+reason. An allocated claim pins its pods to the nodes its allocation reaches (``nodeSelector``: the node's
+name for node-local devices) and asks for no new devices. An unallocated named claim shared by several
+pending pods is allocated once, with its first consumer, and the others must follow it: those pods are one
+*bundle* (one unit on one node), the shared claim's devices counted once. Every other claim (from a template,
+or named and used by one pod) is a per-pod demand.
+
+Demand is counted per *kind* — a request's class, selectors, mode, tolerations, capacity requests and admin
+access — and supply per node: the free devices each kind may take there (``model.devices``: the instance
+type's inventory for a new or in-flight node, the published slices of an initialized node, minus devices
+allocated claims hold). The kube-scheduler allocates first fit, pod after pod, in a fixed device order, so a
+plan must hold whatever order pods bind in. For each kind ρ present on a node with candidate set S_ρ, the
+*order-proof* condition
+
+    Σ over kinds ρ' whose candidates meet S_ρ of the devices they take  ≤  |S_ρ|
+
+guarantees every slot of ρ finds a device whatever the order (a slot fails only when all of S_ρ is taken, and
+only those kinds take from it). It is one knapsack dimension per (kind, neighbourhood) pair, its capacity
+|S_ρ| on nodes where ρ has that neighbourhood and unbounded elsewhere. It is exact (also necessary) when the
+kinds' candidate sets on a node are equal or disjoint — one GPU model per instance type, or different
+drivers — and stricter than Kubernetes where they overlap partially (then the dimension applies even when ρ
+itself is absent; ``conservative`` says where).
+
+``All`` takes every candidate of the node, none may be in use: a per-node counter of capacity H where the
+kind has candidates; an All unit takes H, a unit of any kind whose candidates meet its kind's on some node
+takes 1, so the two never share a node. ``adminAccess`` takes nothing: admission only.
+
+Not modelled yet, and left pending with that reason rather than placed invalidly (the verifier,
+``solver/verify/dra.py``, allocates every plan concretely): ``firstAvailable`` with more than one
+sub-request, ``distinctAttribute``, ``matchAttribute`` where the candidates differ in the attribute (nodes
+where all candidates share one value are used: the constraint holds there), multi-allocatable devices
+(consumable capacity) and partitionable devices (shared counters) as candidates, network-attached slices.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from model import labels as wk
+from model.devices import NodeDevice, candidate, device_type, inventory_devices, network_attached, published_devices
+from model.dra import ClaimIndex, ClaimSpec, DeviceClass, DeviceID, ExactRequest, ResolvedClaim, allocated_state
+from model.dracel import SelectorCompileError, SelectorEvalError
+from model.inflight import node_views
+from model.pod import Pod
+from model.requirements import Requirement, Requirements
 from solver.classes import PodClass
-from solver.rules.base import BatchContext, Rule
+from solver.rules.base import BatchContext, Rule, Why
 from solver.rules.counters import NodeCounter
+
+if TYPE_CHECKING:
+    from solver.problem import Problem
+
+NAME = "DRA resource claims"
+DEVICES = "dra"
+ALL = "dra-all"
+
+
+@dataclass(frozen=True)
+class Kind:
+    """Requests that may take exactly the same devices anywhere (what CEL, taints and capacity see)."""
+
+    device_class: str
+    selectors: tuple[str, ...]
+    all: bool
+    admin: bool
+    request: ExactRequest
+
+    @classmethod
+    def of(cls, request: ExactRequest) -> Kind:
+        return cls(request.device_class_name, request.selectors, request.allocation_mode == "All",
+                   request.admin_access, request.model_copy(update={"count": 0}))
+
+    def describe(self) -> str:
+        what = f"class {self.device_class}"
+        if self.selectors:
+            what += " with " + " && ".join(self.selectors)
+        return what
+
+
+@dataclass
+class _Node:
+    """One node's devices as the kinds see them."""
+
+    devices: Sequence[NodeDevice]
+    #: free (or, for admin kinds, any) candidates per kind, as device indices
+    candidates: dict[Kind, frozenset[int]] = field(default_factory=dict)
+    #: kinds whose selectors fail on a device here, with the CEL message
+    errors: dict[Kind, str] = field(default_factory=dict)
+    #: kinds some of whose candidates are devices this family does not model (shared / partitionable)
+    unsupported: dict[Kind, str] = field(default_factory=dict)
+    #: kinds whose matchAttribute constraint is not vacuous here
+    unmatched: set[Kind] = field(default_factory=set)
+    #: ``All`` kinds with a candidate in use
+    busy: set[Kind] = field(default_factory=set)
+
+
+@dataclass
+class _Demand:
+    """What one unit of a class asks for: devices per ExactCount kind, All and admin kinds, matchAttribute
+    constraints per kind."""
+
+    count: dict[Kind, int] = field(default_factory=dict)
+    all: list[Kind] = field(default_factory=list)
+    admin: list[Kind] = field(default_factory=list)
+    match: dict[Kind, set[str]] = field(default_factory=dict)
+    #: which claim and request each kind comes from (for reasons)
+    source: dict[Kind, str] = field(default_factory=dict)
+
+    @property
+    def kinds(self) -> list[Kind]:
+        return [*self.count, *self.all, *self.admin]
+
+    def add(self, claim: str, spec: ClaimSpec) -> None:
+        for request in spec.requests:
+            ref, exact = request.alternatives()[0]
+            kind = Kind.of(exact)
+            self.source.setdefault(kind, f"claim {claim} request {ref}")
+            if kind.admin:
+                self.admin.append(kind)
+            elif kind.all:
+                self.all.append(kind)
+            else:
+                self.count[kind] = self.count.get(kind, 0) + exact.count
+            for constraint in spec.constraints:
+                if constraint.match_attribute and (not constraint.requests or request.name in constraint.requests):
+                    self.match.setdefault(kind, set()).add(constraint.match_attribute)
+
+
+def _not_modelled(spec: ClaimSpec) -> str:
+    """The first feature of a claim this family does not model yet ("" when none)."""
+    for request in spec.requests:
+        if len(request.first_available) > 1:
+            return f"firstAvailable with several sub-requests (request {request.name})"
+    for constraint in spec.constraints:
+        if constraint.distinct_attribute:
+            return f"distinctAttribute {constraint.distinct_attribute}"
+        if len(constraint.requests) > 1 or (not constraint.requests and len(spec.requests) > 1):
+            return f"matchAttribute {constraint.match_attribute} across several requests"
+    return ""
+
+
+def _pin(claim: ResolvedClaim) -> tuple[Requirements, ...]:
+    """Where an allocated claim's devices are reachable (ORed node terms; none = everywhere)."""
+    assert claim.claim is not None and claim.claim.allocation is not None
+    allocation = claim.claim.allocation
+    if allocation.node_name:
+        return (Requirements(items=(Requirement(key=wk.HOSTNAME, operator="In", values=(allocation.node_name,)),)),)
+    return allocation.node_terms()
 
 
 class ResourceClaims(Rule):
-    name = "DRA resource claims"
+    name = NAME
     reads = ("ResourceClaim", "ResourceClaimTemplate", "DeviceClass", "ResourceSlice")
+    counter_names = {DEVICES: "DRA devices", ALL: "DRA devices taken whole (allocationMode All)"}
+
+    # --- 1. what the claims decide before packing -------------------------------------------------------
+
+    def constrain(self, batch: BatchContext, pods: list[Pod]) -> list[Pod]:
+        if not any(p.resource_claims for p in pods):
+            return pods
+        index = _index(batch)
+        out = []
+        for pod in pods:
+            if not pod.resource_claims or pod.rule_problem or pod.volume_problem:
+                out.append(pod)
+                continue
+            problem, groups, reasons = "", [], []
+            for claim in index.resolve(pod):
+                if claim.problem:
+                    problem = claim.problem
+                elif claim.allocated:
+                    pin = _pin(claim)
+                    if pin:
+                        groups.append(pin)
+                        reasons.append(f"resourceclaim {claim.claim_key} is allocated (its devices' nodes)")
+                elif claim.spec is None:
+                    problem = f"claim {claim.ref.name} has nothing to allocate"
+                elif missing := index.missing_classes(claim.spec):
+                    problem = f"device class {missing[0]} not found (the pod waits for it)"
+                elif feature := _not_modelled(claim.spec):
+                    problem = f"claim {claim.claim_key or claim.ref.name}: DRA {feature} is not modelled yet"
+                if problem:
+                    break
+            if problem:
+                out.append(pod.model_copy(update={"rule_problem": f"{NAME}: {problem}"}))
+            elif groups:
+                out.append(pod.model_copy(update={"rule_terms": pod.rule_terms + tuple(groups),
+                                                  "rule_reasons": pod.rule_reasons + tuple(reasons)}))
+            else:
+                out.append(pod)
+        return out
+
+    def bundles(self, batch: BatchContext, pods: Sequence[Pod]) -> Mapping[str, Hashable]:
+        """Pods sharing an unallocated named claim: one bundle per connected group (union-find)."""
+        if not any(p.resource_claims for p in pods):
+            return {}
+        index = _index(batch)
+        parent: dict[str, str] = {}
+
+        def root(key: str) -> str:
+            while parent.setdefault(key, key) != key:
+                parent[key] = parent[parent[key]]
+                key = parent[key]
+            return key
+
+        members: dict[str, list[str]] = {}
+        for pod in pods:
+            if pod.rule_problem or not pod.resource_claims:
+                continue
+            for claim in index.resolve(pod):
+                if claim.shared and not claim.allocated and claim.claim_key:
+                    members.setdefault(claim.claim_key, []).append(pod.key)
+        for keys in members.values():
+            for key in keys[1:]:
+                parent[root(key)] = root(keys[0])
+        return {key: ("dra", root(key)) for keys in members.values() if len(keys) > 1 for key in keys}
+
+    # --- 2. per-node device dimensions --------------------------------------------------------------------
+
+    def counters(self, batch: BatchContext, classes: Sequence[PodClass]) -> Sequence[NodeCounter]:
+        if not any(p.resource_claims for c in classes for p in c.pods):
+            return ()
+        analysis = _Analysis.build(batch, classes)
+        batch.memo[NAME] = analysis
+        return analysis.counters
+
+    def admit(self, batch: BatchContext, problem: Problem) -> None:
+        analysis = batch.memo.get(NAME)
+        if not isinstance(analysis, _Analysis):
+            return
+        closed = problem.closed_because.setdefault(NAME, {})
+        for c, demand in analysis.demands.items():
+            for t, node in enumerate(analysis.template_nodes):
+                if problem.template_ok[c, t] and (why := analysis.refusal(c, demand, node)):
+                    problem.template_ok[c, t] = False
+                    closed.setdefault(c, why)
+            for e, node in enumerate(analysis.existing_nodes):
+                if problem.existing_ok[c, e] and (why := analysis.refusal(c, demand, node)):
+                    problem.existing_ok[c, e] = False
+                    closed.setdefault(c, why)
+
+    # --- 3. what the plan says ----------------------------------------------------------------------------
+
+    def explain(self, why: Why) -> str:
+        if why.pod.rule_problem.startswith(NAME):
+            return why.pod.rule_problem
+        reason = why.problem.closed_because.get(NAME, {}).get(why.c)
+        if reason and not why.admitted and not any(why.problem.existing_ok[why.c]):
+            return f"{NAME}: {reason}"
+        return ""
+
+    def conservative(self, batch: BatchContext, classes: Sequence[PodClass],
+                     counters: Sequence[NodeCounter]) -> list[str]:
+        analysis = batch.memo.get(NAME)
+        return list(analysis.strict) if isinstance(analysis, _Analysis) else []
 
     def unmodelled(self, batch: BatchContext, classes: Sequence[PodClass],
                    counters: Sequence[NodeCounter]) -> list[str]:
-        return [f"{c.name}: DRA resource claims are not modelled" for c in classes
-                if c.representative.resource_claims and not c.representative.rule_problem
-                and not c.representative.volume_problem]
+        slices = network_attached(batch.snapshot.resource_slices)
+        if slices and any(p.resource_claims for c in classes for p in c.pods):
+            return [f"network-attached ResourceSlices ({', '.join(sorted({s.name for s in slices})[:3])}) are not "
+                    "offered to pods (only node-local devices are modelled)"]
+        return []
+
+
+def _index(batch: BatchContext) -> ClaimIndex:
+    """The snapshot's claims, resolved once per batch."""
+    index = batch.memo.get("dra-index")
+    if not isinstance(index, ClaimIndex):
+        index = batch.snapshot.claim_index()
+        batch.memo["dra-index"] = index
+    return index
+
+
+@dataclass
+class _Analysis:
+    """Kinds, demands and per-node candidate sets of one batch, and the counters they give."""
+
+    demands: dict[int, _Demand]
+    template_nodes: list[_Node]
+    existing_nodes: list[_Node]
+    counters: list[NodeCounter] = field(default_factory=list)
+    strict: list[str] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, batch: BatchContext, classes: Sequence[PodClass]) -> _Analysis:
+        index = _index(batch)
+        demands = {c.index: _class_demand(c, index) for c in classes
+                   if not c.representative.rule_problem and any(p.resource_claims for p in c.pods)}
+        demands = {c: d for c, d in demands.items() if d.kinds}
+        kinds = sorted({k for d in demands.values() for k in d.kinds}, key=_kind_order)
+        class_defs = index.classes
+        held = allocated_state(batch.snapshot.resource_claims)
+        by_type: dict[str, _Node] = {}
+        template_nodes = []
+        for t in batch.templates:
+            it = t.instance_type
+            if it.name not in by_type:
+                by_type[it.name] = _node(inventory_devices(it, "node"), kinds, class_defs, frozenset(), demands)
+            template_nodes.append(by_type[it.name])
+        views = {v.node.name: v for v in node_views(batch.snapshot)}
+        catalog = {it.name: it for it in batch.snapshot.instance_types}
+        existing_nodes = []
+        for e in batch.existing:
+            view = views.get(e.name)
+            if view is not None and view.initialized and not view.inflight:
+                devices = published_devices(batch.snapshot.resource_slices, e.name, e.node.labels)
+            else:
+                devices = inventory_devices(catalog.get(e.node.labels.get(wk.INSTANCE_TYPE, "")), e.name)
+            existing_nodes.append(_node(devices, kinds, class_defs, held.devices, demands))
+        analysis = cls(demands=demands, template_nodes=template_nodes, existing_nodes=existing_nodes)
+        analysis._dimensions(kinds, classes)
+        return analysis
+
+    def _dimensions(self, kinds: Sequence[Kind], classes: Sequence[PodClass]) -> None:
+        nodes = self.template_nodes + self.existing_nodes
+        exact = [k for k in kinds if not k.all and not k.admin]
+        # one dimension per (kind, neighbourhood) pair met on some node
+        pairs: dict[tuple[Kind, frozenset[Kind]], None] = {}
+        neighbourhoods: list[dict[Kind, frozenset[Kind]]] = []
+        partial: set[str] = set()
+        for node in nodes:
+            seen: dict[Kind, frozenset[Kind]] = {}
+            for kind in exact:
+                own = node.candidates.get(kind, frozenset())
+                if not own:
+                    continue
+                near = frozenset(k for k in exact if node.candidates.get(k, frozenset()) & own)
+                seen[kind] = near
+                pairs.setdefault((kind, near), None)
+                for other in near:
+                    if node.candidates.get(other, frozenset()) != own:
+                        partial.add(f"{kind.describe()} / {other.describe()}")
+            neighbourhoods.append(seen)
+        for n, (kind, near) in enumerate(pairs):
+            uses = {c: sum(d.count.get(k, 0) for k in near) for c, d in self.demands.items()}
+            uses = {c: u for c, u in uses.items() if u}
+            if not uses:
+                continue
+            unbounded = 1 + sum(classes[c].demand * u for c, u in uses.items())
+            caps = [len(node.candidates.get(kind, ())) if seen.get(kind) == near else unbounded
+                    for node, seen in zip(nodes, neighbourhoods, strict=True)]
+            split = len(self.template_nodes)
+            self.counters.append(NodeCounter(
+                name=f"{DEVICES}:{n}:{kind.describe()}", uses=uses, new_capacity=unbounded, per_unit=True,
+                template_capacity=tuple(caps[:split]), existing_capacity=tuple(caps[split:])))
+        if partial:
+            shown = sorted(partial)
+            self.strict.append("DRA devices: candidate sets overlap partially on some nodes ("
+                               + "; ".join(shown[:3]) + (f" and {len(shown) - 3} more" if len(shown) > 3 else "")
+                               + "): each kind's order-proof limit applies even where it is absent")
+        self._whole(kinds, classes, nodes)
+
+    def _whole(self, kinds: Sequence[Kind], classes: Sequence[PodClass], nodes: Sequence[_Node]) -> None:
+        """``All`` kinds: a node holds one All unit of the kind, or units whose kinds meet it, not both."""
+        for n, kind in enumerate(k for k in kinds if k.all and not k.admin):
+            meets = {k for node in nodes if node.candidates.get(kind) for k in node.candidates
+                     if k != kind and not k.admin and node.candidates[k] & node.candidates[kind]}
+            neighbours = {c for c, d in self.demands.items() if any(k in meets for k in d.kinds)}
+            owners = {c for c, d in self.demands.items() if kind in d.all}
+            heavy = 1 + sum(classes[c].demand for c in neighbours | owners)
+            uses = {c: heavy for c in owners} | {c: 1 for c in neighbours - owners}
+            unbounded = 1 + sum(classes[c].demand * u for c, u in uses.items())
+            caps = [heavy if node.candidates.get(kind) else unbounded for node in nodes]
+            split = len(self.template_nodes)
+            self.counters.append(NodeCounter(
+                name=f"{ALL}:{n}:{kind.describe()}", uses=uses, new_capacity=unbounded, per_unit=True,
+                template_capacity=tuple(caps[:split]), existing_capacity=tuple(caps[split:])))
+            if any(neighbours - owners):
+                self.strict.append(f"DRA devices: {kind.describe()} (allocationMode All) keeps every pod whose "
+                                   "devices could meet it on some node off its nodes")
+
+    def refusal(self, c: int, demand: _Demand, node: _Node) -> str:
+        """Why a unit of class ``c`` cannot have its devices on ``node`` ("" when it can)."""
+        for kind in demand.kinds:
+            source = demand.source[kind]
+            if kind in node.errors:
+                return (f"{source}: the CEL selector fails on a device ({node.errors[kind]}); the kube-scheduler "
+                        "aborts the pod's scheduling there")
+            if kind in node.unsupported:
+                return f"{source}: {node.unsupported[kind]} is not modelled yet"
+            have = len(node.candidates.get(kind, ()))
+            if kind in demand.all and (not have or kind in node.busy):
+                return f"{source}: allocationMode All needs every device of {kind.describe()} free"
+            if kind in demand.match and kind in node.unmatched:
+                return (f"{source}: matchAttribute {', '.join(sorted(demand.match[kind]))} over candidates that "
+                        "differ in it is not modelled yet")
+            need = demand.count.get(kind, 0)
+            if (need and have < need) or (kind in demand.admin and not have):
+                return f"no instance type offers {max(need, 1)} free device(s) of {kind.describe()} ({source})"
+        return ""
+
+
+def _kind_order(kind: Kind) -> tuple[str, tuple[str, ...], bool, bool, str]:
+    return kind.device_class, kind.selectors, kind.all, kind.admin, repr(kind.request)
+
+
+def _class_demand(pod_class: PodClass, index: ClaimIndex) -> _Demand:
+    """One unit's devices: each pod's own claims, each shared claim once."""
+    demand = _Demand()
+    seen: set[str] = set()
+    for pod in (pod_class.pods if pod_class.bundle else pod_class.pods[:1]):
+        for claim in index.resolve(pod):
+            if claim.allocated or claim.spec is None or claim.problem:
+                continue
+            key = claim.claim_key or f"{pod.key}/{claim.ref.name}"
+            if claim.claim_key and claim.claim_key in seen:
+                continue
+            seen.add(key)
+            demand.add(claim.claim_key or f"{pod.namespace}/{pod.name}:{claim.ref.name}", claim.spec)
+    return demand
+
+
+def _node(devices: Sequence[NodeDevice], kinds: Sequence[Kind], classes: Mapping[str, DeviceClass],
+          in_use: frozenset[DeviceID], demands: Mapping[int, _Demand]) -> _Node:
+    node = _Node(devices=devices)
+    keys = [device_type(d.device) for d in devices]
+    matched: dict[Kind, set[str]] = {}
+    for demand in demands.values():
+        for kind, names in demand.match.items():
+            matched.setdefault(kind, set()).update(names)
+    for kind in kinds:
+        device_class = classes.get(kind.device_class)
+        if device_class is None:
+            continue
+        found: list[int] = []
+        try:
+            for i, item in enumerate(devices):
+                if candidate(kind.request, device_class, item.device, keys[i]):
+                    found.append(i)
+        except (SelectorEvalError, SelectorCompileError) as err:
+            node.errors[kind] = str(err)
+            continue
+        odd = [devices[i].device for i in found
+               if devices[i].device.allow_multiple_allocations or devices[i].device.consumes_counters]
+        if odd:
+            shared = odd[0].allow_multiple_allocations
+            node.unsupported[kind] = ("multi-allocatable devices (consumable capacity)" if shared
+                                      else "partitionable devices (shared counters)")
+        free = [i for i in found if devices[i].id not in in_use]
+        if kind.all and len(free) < len(found):
+            node.busy.add(kind)
+        node.candidates[kind] = frozenset(found if kind.admin else free)
+        for name in matched.get(kind, ()):
+            values = {devices[i].device.attribute(name) for i in node.candidates[kind]}
+            if len(values) > 1 or None in values:
+                node.unmatched.add(kind)
+    return node

@@ -19,6 +19,7 @@ from solver.verify import (
     accounting,
     claims,
     cost,
+    dra,
     existing,
     hostports,
     limits,
@@ -43,6 +44,7 @@ CHECKS: tuple[Check, ...] = (
     topology.check,
     limits.check,
     minvalues.check,
+    dra.check,
     cost.check,
 )
 

@@ -1,0 +1,122 @@
+"""DRA resource claims: every placed pod's claims can be allocated on its node, pod after pod, as the
+kube-scheduler's allocator would (``model.allocator``), from the devices the node offers (``model.devices``:
+published slices of an initialized node, the instance type's inventory for a planned or in-flight one) minus
+what allocated claims already hold.
+
+Per node, pods are allocated in plan order and each allocation is kept before the next pod is tried (the
+scheduler freezes each pod's allocation in Reserve). A claim several pods share is allocated once, with its
+first consumer; every later consumer must land on a node the allocation reaches. A claim already allocated
+must reach the pod's node (``status.allocation.nodeSelector``). ``allocations`` gives the concrete devices,
+which the plan reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from model import labels as wk
+from model.allocator import AllocationError, DeviceResult, NodeDevices, allocate
+from model.devices import inventory_devices, published_devices
+from model.dra import MAX_RESERVED_FOR, ClaimIndex, ClaimSpec, allocated_state, gather_pools
+from model.dracel import SelectorEvalError
+from model.inflight import node_views
+from model.pod import Pod
+from solver.verify.context import Context, NodeState
+from solver.verify.violation import Violation
+
+RULE = "DRA resource claims"
+
+
+@dataclass
+class Allocations:
+    """The devices the plan's pods get, node by node, and what could not be allocated."""
+
+    by_node: dict[str, list[tuple[str, DeviceResult]]] = field(default_factory=dict)
+    violations: list[Violation] = field(default_factory=list)
+
+
+def check(ctx: Context) -> Iterator[Violation]:
+    yield from allocations(ctx).violations
+
+
+def allocations(ctx: Context) -> Allocations:
+    """Allocate every placed pod's claims node by node (claims first, then existing nodes, each in plan order)."""
+    out = Allocations()
+    nodes = [s for s in (*ctx.claims, *ctx.existing.values()) if s.usable
+             and any(p.resource_claims for p in s.placed)]
+    if not nodes:
+        return out
+    snapshot = ctx.snapshot
+    index = snapshot.claim_index()
+    held = allocated_state(snapshot.resource_claims)
+    views = {v.node.name: v for v in node_views(snapshot)}
+    catalog = {it.name: it for it in snapshot.instance_types}
+    allocated_here: dict[str, str] = {}  # shared claim → the node the plan allocates it on
+    consumers: dict[str, int] = {}
+    for state in nodes:
+        if state.claim is not None:
+            devices = inventory_devices(state.instance_type, state.name)
+            slices = state.instance_type.node_resource_slices(state.name) if state.instance_type else ()
+        else:
+            view = views.get(state.name)
+            if view is not None and view.initialized and not view.inflight:
+                slices = tuple(snapshot.resource_slices)
+                devices = published_devices(slices, state.name, state.labels)
+            else:
+                it = catalog.get(state.labels.get(wk.INSTANCE_TYPE, ""))
+                devices = inventory_devices(it, state.name)
+                slices = it.node_resource_slices(state.name) if it else ()
+        node = NodeDevices.of(devices, [p for p in gather_pools(slices) if p.usable], held.devices, held.consumed)
+        for pod in state.placed:
+            if pod.resource_claims:
+                _pod(ctx, state, pod, index, node, allocated_here, consumers, out)
+    return out
+
+
+def _pod(ctx: Context, state: NodeState, pod: Pod, index: ClaimIndex, node: NodeDevices,
+         allocated_here: dict[str, str], consumers: dict[str, int], out: Allocations) -> None:
+    def refuse(message: str) -> None:
+        out.violations.append(Violation(RULE, f"{state.where}: pod {pod.key}: {message}", pods=ctx.pending_keys([pod])))
+
+    wanted: list[tuple[str, ClaimSpec]] = []
+    for claim in index.resolve(pod):
+        if claim.problem:
+            return refuse(claim.problem)
+        if claim.claim is not None and claim.claim.allocation is not None:
+            allocation = claim.claim.allocation
+            terms = allocation.node_terms()
+            reaches = (allocation.node_name == state.name if allocation.node_name
+                       else not terms or any(t.matches(state.labels) for t in terms))
+            if not reaches:
+                return refuse(f"resourceclaim {claim.claim_key} is allocated on devices this node cannot reach")
+            if len(claim.claim.reserved_for) >= MAX_RESERVED_FOR and not claim.claim.reserved_for_pod(pod):
+                return refuse(f"resourceclaim {claim.claim_key} is reserved for {MAX_RESERVED_FOR} consumers already")
+            continue
+        if claim.spec is None:
+            return refuse(f"claim {claim.ref.name} has nothing to allocate")
+        missing = index.missing_classes(claim.spec)
+        if missing:
+            return refuse(f"device class {missing[0]} not found")
+        if claim.claim_key and claim.claim_key in allocated_here:
+            consumers[claim.claim_key] = consumers.get(claim.claim_key, 0) + 1
+            if allocated_here[claim.claim_key] != state.name:
+                return refuse(f"resourceclaim {claim.claim_key} is allocated on node {allocated_here[claim.claim_key]} "
+                              "by an earlier pod of the plan")
+            if consumers[claim.claim_key] > MAX_RESERVED_FOR:
+                return refuse(f"resourceclaim {claim.claim_key} has more than {MAX_RESERVED_FOR} consumers")
+            continue
+        wanted.append((claim.claim_key or f"{pod.key}/{claim.ref.name}", claim.spec))
+    try:
+        results = allocate(wanted, node, index.classes)
+    except AllocationError as err:
+        return refuse(err.reason)
+    except SelectorEvalError as err:
+        return refuse(f"CEL selector {err.expression!r} fails on a device of driver {err.driver}: {err.cel_message} "
+                      "(the kube-scheduler aborts this pod's scheduling)")
+    node.take(results)
+    for key, _ in wanted:
+        if key in index.claims:
+            allocated_here[key] = state.name
+            consumers[key] = 1
+    out.by_node.setdefault(state.name, []).extend((pod.key, r) for r in results)
