@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from cli.capture import snapshot_cmd
+from cli.catalog import app as catalog_app
 from cli.diff import diff_cmd, solve_progress
 from cli.run import crds_cmd, run_cmd
 from model.disruption import DisruptionPlan
@@ -255,6 +256,7 @@ def verify_cmd(
 
 
 app.command("diff")(diff_cmd)
+app.add_typer(catalog_app, name="catalog")
 app.command("snapshot")(snapshot_cmd)
 app.command("run")(run_cmd)
 app.command("crds")(crds_cmd)

@@ -25,6 +25,7 @@ from pydantic.fields import FieldInfo
 
 from model.nodepool import NodeClaim, NodePool
 from model.resources import Resources
+from providers.aws.nodeclass import EC2NodeClass
 from providers.kwok_nodeclass import KWOKNodeClass
 
 #: Kubernetes' resource.Quantity pattern (as published in its OpenAPI).
@@ -85,6 +86,11 @@ CRDS: tuple[CrdSpec, ...] = (
                      _column("NodePool", ".metadata.labels.karpenter\\.sh/nodepool", priority=1))),
     CrdSpec(KWOKNodeClass, "karpenter.kwok.sh", "KWOKNodeClass", "kwoknodeclasses", "kwoknodeclass", "Cluster",
             categories=("karpenter",), version="v1alpha1"),
+    CrdSpec(EC2NodeClass, "karpenter.k8s.aws", "EC2NodeClass", "ec2nodeclasses", "ec2nodeclass", "Cluster",
+            short_names=("ec2nc", "ec2ncs"), categories=("karpenter",),
+            columns=(_column("Ready", ".status.conditions[?(@.type==\"Ready\")].status"),
+                     _column("Age", ".metadata.creationTimestamp", "date"),
+                     _column("Role", ".spec.role", priority=1))),
 )
 
 

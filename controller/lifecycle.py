@@ -4,6 +4,9 @@ synced, ``karpenter.sh/unregistered`` taint removed), Initialized (Node Ready, s
 Each step reads the cache, does one idempotent write, and records the condition in the NodeClaim's status
 subresource; the next cache event moves the claim on. A crash between steps repeats at most one write.
 Deleting claims (and claims whose Node is deleted) are handed to ``controller.termination`` each pass.
+Every instance call goes through the ``CloudProvider`` interface (``providers.protocol``). A provider that does not
+know the Node's name at launch (a real cloud: the kubelet names it) leaves ``status.nodeName`` empty; the Node
+that registers with the claim's ``providerID`` is then linked to it (Karpenter matches Nodes by providerID).
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any, Protocol, cast
+from functools import partial
+from typing import Any, cast
 
 from kubernetes import client
 
@@ -25,21 +29,12 @@ from controller.provisioner import PODS_ANNOTATION
 from controller.termination import Terminator, claim_node_name
 from model import labels as wk
 from model.nodepool import NodeClaim
-from providers.protocol import InsufficientCapacityError
+from providers.fallbacks import planned_offering
+from providers.protocol import CloudProvider, InsufficientCapacityError, NodeClassNotReadyError
 
 log = logging.getLogger(__name__)
 
 GROUP, VERSION, PLURAL = "karpenter.sh", "v1", "nodeclaims"
-
-
-class Launcher(Protocol):
-    def create(self, claim: NodeClaim) -> dict[str, Any]:
-        """Launch ``claim``; returns the Node object it will register as."""
-        ...
-
-    def delete(self, claim: NodeClaim) -> None:
-        """Delete the claim's instance (idempotent)."""
-        ...
 
 
 _conditions = conditions_of
@@ -53,7 +48,7 @@ def _node_ready(node: Mapping[str, Any]) -> bool:
 
 
 class Lifecycle:
-    def __init__(self, api: client.ApiClient, cache: ClusterCache, launcher: Launcher, *, nominate: bool = True,
+    def __init__(self, api: client.ApiClient, cache: ClusterCache, launcher: CloudProvider, *, nominate: bool = True,
                  bind_grace: float = 15.0, unavailable: UnavailableOfferings | None = None,
                  drainer: Drainer | None = None) -> None:
         self.nominate = nominate
@@ -75,6 +70,7 @@ class Lifecycle:
         writes = 0
         every = self._cache.items("NodeClaim")
         claims = [c for c in every if not (c.get("metadata") or {}).get("deletionTimestamp")]
+        writes += self._link_by_provider_id(claims, nodes)
         for raw in every:
             if (raw.get("metadata") or {}).get("deletionTimestamp"):
                 writes += self._guarded(raw, lambda c: self.terminator.reconcile(c, nodes))
@@ -96,6 +92,26 @@ class Lifecycle:
             if (raw.get("metadata") or {}).get("name") not in registered:  # one step per claim and pass
                 writes += self._guarded(raw, lambda c: self.reconcile(c, nodes))
         return writes
+
+    def _link_by_provider_id(self, claims: list[dict[str, Any]], nodes: Mapping[str, dict[str, Any]]) -> int:
+        """Record ``status.nodeName`` for launched claims whose Node joined under a name the provider could not
+        know (the Node with the claim's providerID)."""
+        by_provider_id = {str((n.get("spec") or {}).get("providerID")): n for n in nodes.values()
+                          if (n.get("spec") or {}).get("providerID")}
+        writes = 0
+        for raw in claims:
+            status = raw.get("status") or {}
+            node = by_provider_id.get(str(status.get("providerID") or ""))
+            if node is None or status.get("nodeName") or not _true(raw, "Launched"):
+                continue
+            name = str(node["metadata"]["name"])
+            writes += self._guarded(raw, partial(self._link, node_name=name))
+        return writes
+
+    def _link(self, raw: dict[str, Any], node_name: str) -> int:
+        self._set_status(raw, {"nodeName": node_name})
+        log.info("NodeClaim %s: node %s joined with its providerID", raw["metadata"]["name"], node_name)
+        return 1
 
     def _may_register(self, claims: list[dict[str, Any]], launched: list[dict[str, Any]],
                       nodes: Mapping[str, dict[str, Any]]) -> bool:
@@ -159,26 +175,43 @@ class Lifecycle:
     def _launch(self, raw: dict[str, Any]) -> int:
         claim = NodeClaim.model_validate(raw)
         try:
-            node = self._launcher.create(claim)
+            launched = self._launcher.create(claim)
         except InsufficientCapacityError as err:
-            # mark the offering unavailable for a while; the claim's pods are no longer covered by it
-            # (Launched=False), so the next batch re-plans them without that offering
-            labels = claim.metadata.labels
-            self.unavailable.mark(labels.get(wk.INSTANCE_TYPE, ""), labels.get(wk.ZONE, ""),
-                                  labels.get(wk.CAPACITY_TYPE, ""))
+            # mark the refused offerings unavailable for a while; the claim's pods are no longer covered by it
+            # (Launched=False), so the next batch re-plans them without those offerings
+            for offering in err.offerings or [planned_offering(claim)]:
+                self.unavailable.mark(*offering)
             self._set_status(raw, {"conditions": _with_condition(raw, "Launched", "False",
                                                                   "InsufficientCapacity", str(err))})
             log.warning("NodeClaim %s launch failed: %s", claim.name, err)
             return 1
-        status = node.get("status") or {}
+        except NodeClassNotReadyError as err:
+            # not a verdict on the claim: retried each pass until its node class resolves
+            if _conditions(raw).get("Launched", {}).get("message") == str(err):
+                return 0
+            self._set_status(raw, {"conditions": _with_condition(raw, "Launched", "Unknown", "NodeClassNotReady",
+                                                                  str(err))})
+            log.warning("NodeClaim %s waits for its node class: %s", claim.name, err)
+            return 1
+        for offering in launched.refused:
+            self.unavailable.mark(*offering)
+        result = launched.claim
+        labels = {k: v for k, v in result.metadata.labels.items() if claim.metadata.labels.get(k) != v}
+        if labels:  # a fallback offering was launched: the claim's labels follow what it became
+            updated = self._custom.patch_cluster_custom_object(GROUP, VERSION, PLURAL, claim.name,
+                                                               {"metadata": {"labels": labels}})
+            self._cache.upsert("NodeClaim", cast(dict[str, Any], updated))
+            raw["metadata"] = {**raw["metadata"], "labels": {**(raw["metadata"].get("labels") or {}), **labels}}
+        status = result.status
         self._set_status(raw, {
-            "providerID": (node.get("spec") or {}).get("providerID", ""),
-            "nodeName": node["metadata"]["name"],
-            "capacity": status.get("capacity", {}),
-            "allocatable": status.get("allocatable", {}),
+            "providerID": status.provider_id,
+            "nodeName": status.node_name,
+            "imageID": status.image_id,
+            "capacity": status.capacity.to_quantities(),
+            "allocatable": status.allocatable.to_quantities(),
             "conditions": _with_condition(raw, "Launched", "True", "Launched"),
         })
-        log.info("NodeClaim %s launched as node %s", claim.name, node["metadata"]["name"])
+        log.info("NodeClaim %s launched as %s", claim.name, status.node_name or status.provider_id)
         return 1
 
     def _nominate(self, raw: Mapping[str, Any], node: str) -> None:

@@ -8,9 +8,9 @@ import time
 from collections.abc import Callable, Sequence
 
 from model.instancetype import InstanceType
+from providers.protocol import OfferingKey
 
-#: (instance type, zone, capacity type)
-OfferingKey = tuple[str, str, str]
+__all__ = ["OfferingKey", "UnavailableOfferings"]
 
 
 class UnavailableOfferings:

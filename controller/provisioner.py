@@ -8,6 +8,12 @@ later plan puts into the room left on an in-flight claim are added to its annota
 A restarted controller reads the same annotations back from the API server, so it never launches twice for the
 same pods.
 NodeClaim names are derived from the plan (pool, offering, pod UIDs), so a retried create is a no-op.
+
+A NodeClaim's requirements allow the planned instance type and up to ``MAX_FALLBACKS`` others (``fallback_types``)
+in the same zone and capacity type, so a launch the cloud refuses for capacity falls back within the same call
+(the provider tries the planned offering first, ``providers.fallbacks``). A fallback holds the claim's requests,
+and every planned pod and the NodePool accept its labels; zone and capacity type stay pinned so zonal topology
+the plan relied on still holds.
 """
 
 from __future__ import annotations
@@ -32,8 +38,11 @@ from model.errors import InputError
 from model.instancetype import InstanceType
 from model.nodepool import NodeClaim, NodePool
 from model.plan import PlannedNodeClaim, ProvisioningPlan
+from model.pod import Pod
+from model.resources import Resources
 from model.snapshot import parse_objects
 from solver.provision import SolveOptions, solve
+from solver.rules.preferences import PreferencePolicy
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +110,37 @@ def claim_node_name(claim: Mapping[str, Any]) -> str:
     return str((claim.get("status") or {}).get("nodeName") or (claim.get("metadata") or {}).get("name"))
 
 
-def nodeclaim_body(planned: PlannedNodeClaim, nodepool: NodePool, name: str, pod_uids: Sequence[str]
-                   ) -> dict[str, Any]:
-    """The NodeClaim that launches one planned node: the pool's template pinned to the planned offering."""
+#: how many other instance types a NodeClaim may fall back to (Karpenter sends at most 60 to CreateFleet)
+MAX_FALLBACKS = 10
+
+
+def fallback_types(planned: PlannedNodeClaim, nodepool: NodePool, catalog: Iterable[InstanceType],
+                   pods: Iterable[Pod], limit: int = MAX_FALLBACKS) -> list[str]:
+    """Instance types, cheapest first, that could stand in for the planned one if the cloud refuses it: offered
+    available in the planned zone and capacity type, holding the claim's requests, with labels the NodePool and
+    every planned pod accept."""
+    requests = Resources.parse(planned.requests)
+    pods = list(pods)
+    options: list[tuple[float, str]] = []
+    for it in catalog:
+        if it.name == planned.instance_type or not requests.fits_in(it.allocatable):
+            continue
+        offering = next((o for o in it.offerings if o.zone == planned.zone and o.capacity_type == planned.capacity_type
+                         and o.available), None)
+        if offering is None:
+            continue
+        labels = {**planned.labels, **it.labels, wk.INSTANCE_TYPE: it.name, wk.ZONE: planned.zone,
+                  wk.CAPACITY_TYPE: planned.capacity_type, wk.NODEPOOL: nodepool.name}
+        if not nodepool.requirements.matches(labels) or not all(p.accepts_labels(labels) for p in pods):
+            continue
+        options.append((offering.price, it.name))
+    return [name for _, name in sorted(options)[:limit]]
+
+
+def nodeclaim_body(planned: PlannedNodeClaim, nodepool: NodePool, name: str, pod_uids: Sequence[str],
+                   fallbacks: Sequence[str] = ()) -> dict[str, Any]:
+    """The NodeClaim that launches one planned node: the pool's template pinned to the planned offering (the
+    instance type may also be one of ``fallbacks``; the labels name the planned one)."""
     template = nodepool.spec.template
     pinned = {wk.INSTANCE_TYPE: planned.instance_type, wk.ZONE: planned.zone,
               wk.CAPACITY_TYPE: planned.capacity_type}
@@ -112,7 +149,8 @@ def nodeclaim_body(planned: PlannedNodeClaim, nodepool: NodePool, name: str, pod
     for req in requirements:
         if "min_values" in req:
             req["minValues"] = req.pop("min_values")
-    requirements += [{"key": k, "operator": "In", "values": [v]} for k, v in pinned.items()]
+    requirements += [{"key": k, "operator": "In", "values": [v, *fallbacks] if k == wk.INSTANCE_TYPE else [v]}
+                     for k, v in pinned.items()]
     spec: dict[str, Any] = {
         "requirements": requirements,
         "resources": {"requests": dict(planned.requests)},
@@ -167,6 +205,9 @@ class ProvisionerOptions:
     workers: int = 2
     #: how long after initialization a NodeClaim's pods stay reserved for it (for the scheduler to bind them)
     bind_grace: float = 15.0
+    #: how preferred node affinity weighs against cost (``nodeplan run --preference-policy``)
+    preference_policy: PreferencePolicy = PreferencePolicy.RESPECT
+    preference_price: float = 0.0
 
 
 class Provisioner:
@@ -230,7 +271,9 @@ class Provisioner:
         catalog = self.unavailable.apply(self._catalog)
         snapshot = parse_objects(self.snapshot_objects(batch), source="cluster").with_catalog(catalog)
         result = solve(snapshot, SolveOptions(time_limit=self._options.solve_time_limit, seed=self._options.seed,
-                                              workers=self._options.workers))
+                                              workers=self._options.workers,
+                                              preference_policy=self._options.preference_policy,
+                                              preference_price=self._options.preference_price))
         plan = result.plan
         record = BatchRecord(started=started, pods=len(batch), plan=plan,
                              solve_seconds=time.monotonic() - started)
@@ -241,13 +284,16 @@ class Provisioner:
             log.info("pod %s cannot be scheduled: %s", item.pod, item.reason)
         uid_of = {k: (p.get("metadata") or {}).get("uid", "") for k, p in batch.items()}
         pools = {np.name: np for np in snapshot.nodepools}
+        pods = {p.key: p for p in snapshot.pods}
         bodies: list[dict[str, Any]] = []
         for planned in plan.node_claims:
             uids = [uid_of[k] for k in planned.pods if k in uid_of]
             if uids:
                 name = claim_name(planned.node_pool, planned, uids)
                 record.claims[name] = planned
-                bodies.append(nodeclaim_body(planned, pools[planned.node_pool], name, uids))
+                fallbacks = fallback_types(planned, pools[planned.node_pool], catalog,
+                                           (pods[k] for k in planned.pods if k in pods))
+                bodies.append(nodeclaim_body(planned, pools[planned.node_pool], name, uids, fallbacks))
         for body in bodies:
             created = self._create(body)
             if created is not None:

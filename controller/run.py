@@ -30,18 +30,20 @@ from controller.batch import BatchWindow
 from controller.cache import ClusterCache, resources
 from controller.disruption import DisruptionOptions, for_controller, pdb_resource
 from controller.events import EventRecorder
+from controller.garbage import GarbageCollector
 from controller.health import Endpoints, Servers
 from controller.leader import KubeLeaseStore, LeaderElector
-from controller.lifecycle import Launcher, Lifecycle
+from controller.lifecycle import Lifecycle
 from controller.metrics import CONTROLLER, Metrics
 from controller.nodepool_status import NodePoolStatusWriter
 from controller.offerings import UnavailableOfferings
 from controller.provisioner import BatchRecord, Provisioner, ProvisionerOptions
 from model import labels as wk
 from model.instancetype import InstanceType
-from model.nodepool import NodeClaim
+from model.nodepool import NodeClaim, NodePool
 from providers.kwok import kwok_catalog
 from providers.kwok_nodes import KwokProvider
+from providers.protocol import CloudProvider, Launched, NodeClaimNotFoundError, NodeClassKind, RepairPolicy
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +73,10 @@ class ControllerOptions:
     retry_period: float = leader.RETRY_PERIOD
     #: an identical Event (object, reason, message) is sent at most once per this many seconds
     event_dedup_window: float = 120.0
+    #: garbage collection (``controller.garbage``): seconds between passes, and the age below which an instance
+    #: without a NodeClaim (or a claim without an instance) is left alone
+    gc_interval: float = 10.0
+    gc_grace: float = 30.0
 
 
 def api_client(kubeconfig: str | None = None) -> client.ApiClient:
@@ -101,45 +107,88 @@ def own_namespace() -> str:
         return "default"
 
 
-class ObservedLauncher:
-    """The provider, with an Event on the NodeClaim for every launch and a metric for every failed call."""
+class ObservedProvider:
+    """The cloud provider, with an Event on the NodeClaim for every launch and a metric for every failed call
+    (``karpenter_cloudprovider_errors_total``); everything else is passed through."""
 
-    def __init__(self, inner: Launcher, events: EventRecorder, metrics: Metrics, provider: str = "kwok") -> None:
-        self._inner, self._events, self._metrics, self._provider = inner, events, metrics, provider
+    def __init__(self, inner: CloudProvider, events: EventRecorder, metrics: Metrics) -> None:
+        self._inner, self._events, self._metrics = inner, events, metrics
+
+    @property
+    def name(self) -> str:
+        return self._inner.name
 
     def _raw(self, claim: NodeClaim) -> dict[str, Any]:
         return {"kind": "NodeClaim", "apiVersion": claim.api_version,
                 "metadata": {"name": claim.name, "uid": claim.metadata.uid}}
 
-    def create(self, claim: NodeClaim) -> dict[str, Any]:
+    def _count(self, controller: str, method: str, err: Exception) -> None:
+        self._metrics.cloudprovider_errors.labels(controller, method, self.name, type(err).__name__).inc()
+
+    def supported_node_classes(self) -> Sequence[NodeClassKind]:
+        return self._inner.supported_node_classes()
+
+    def instance_types(self, nodepool: NodePool | None = None) -> list[InstanceType]:
         try:
-            node = self._inner.create(claim)
+            return self._inner.instance_types(nodepool)
         except Exception as err:
-            self._metrics.cloudprovider_errors.labels("nodeclaim.lifecycle", "Create", self._provider,
-                                                      type(err).__name__).inc()
+            self._count("provisioner", "GetInstanceTypes", err)
+            raise
+
+    def create(self, claim: NodeClaim) -> Launched:
+        try:
+            launched = self._inner.create(claim)
+        except Exception as err:
+            self._count("nodeclaim.lifecycle", "Create", err)
             self._events.warning(self._raw(claim), "LaunchFailed", f"Failed to launch: {err}")
             raise
-        labels = claim.metadata.labels
+        labels = launched.claim.metadata.labels
+        status = launched.claim.status
+        where = f"node {status.node_name}" if status.node_name else status.provider_id
         self._events.normal(self._raw(claim), "Launched",
                             f"Launched {labels.get(wk.INSTANCE_TYPE, '?')} in {labels.get(wk.ZONE, '?')} "
-                            f"({labels.get(wk.CAPACITY_TYPE, '?')}) as node {node['metadata']['name']}")
-        return node
+                            f"({labels.get(wk.CAPACITY_TYPE, '?')}) as {where}")
+        return launched
 
     def delete(self, claim: NodeClaim) -> None:
         try:
             self._inner.delete(claim)
+        except NodeClaimNotFoundError:
+            raise  # the instance is gone: the answer termination waits for, not an error
         except Exception as err:
-            self._metrics.cloudprovider_errors.labels("nodeclaim.termination", "Delete", self._provider,
-                                                      type(err).__name__).inc()
+            self._count("nodeclaim.termination", "Delete", err)
             raise
+
+    def get(self, provider_id: str) -> NodeClaim:
+        return self._inner.get(provider_id)
+
+    def list(self) -> list[NodeClaim]:
+        try:
+            return self._inner.list()
+        except Exception as err:
+            self._count("nodeclaim.garbagecollection", "List", err)
+            raise
+
+    def is_drifted(self, claim: NodeClaim) -> str:
+        try:
+            return self._inner.is_drifted(claim)
+        except Exception as err:
+            self._count("nodeclaim.disruption", "IsDrifted", err)
+            raise
+
+    def repair_policies(self) -> Sequence[RepairPolicy]:
+        return self._inner.repair_policies()
 
 
 class Controller:
     def __init__(self, api: client.ApiClient, options: ControllerOptions | None = None,
-                 catalog: Sequence[InstanceType] | None = None) -> None:
+                 catalog: Sequence[InstanceType] | None = None, provider: CloudProvider | None = None) -> None:
+        """``provider`` defaults to KWOK over ``catalog``; with a provider and no catalog, its instance types."""
         self.options = options or ControllerOptions()
         self.identity = self.options.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
-        catalog = tuple(catalog if catalog is not None else kwok_catalog())
+        if catalog is None:
+            catalog = provider.instance_types() if provider is not None else kwok_catalog()
+        catalog = tuple(catalog)
         self.cache = ClusterCache({**resources(api), "PodDisruptionBudget": pdb_resource(api)})
         self.synced = threading.Event()
         self.metrics = Metrics(self.cache, self.synced.is_set)
@@ -148,9 +197,11 @@ class Controller:
         self.unavailable = UnavailableOfferings()
         self.provisioner = Provisioner(api, self.cache, catalog, self.options.provisioner,
                                        unavailable=self.unavailable)
-        self.launcher = ObservedLauncher(KwokProvider(api, catalog), self.events, self.metrics)
-        self.lifecycle = Lifecycle(api, self.cache, self.launcher, bind_grace=self.options.provisioner.bind_grace,
+        self.provider = ObservedProvider(provider or KwokProvider(api, catalog), self.events, self.metrics)
+        self.lifecycle = Lifecycle(api, self.cache, self.provider, bind_grace=self.options.provisioner.bind_grace,
                                    unavailable=self.unavailable)
+        self.garbage = GarbageCollector(api, self.cache, self.provider, grace=self.options.gc_grace,
+                                        interval=self.options.gc_interval)
         self.nodepool_status = NodePoolStatusWriter(api, self.cache, self.events)
         self.disruption = for_controller(api, self.cache, self.provisioner, catalog, self.unavailable, self.events,
                                          self.metrics, self.options.disruption)
@@ -351,6 +402,8 @@ class Controller:
                 return
             try:
                 self.lifecycle.reconcile_all()
+                if self.garbage.due():
+                    self.garbage.collect()
                 self.nodepool_status.reconcile()
                 self.metrics.nodepools_invalid.set(len(self.nodepool_status.invalid))
                 self._count_terminated()

@@ -8,6 +8,11 @@ and, once the Node is gone, remove the claim's finalizer. A Node deleted directl
 ``kubectl drain`` tooling) takes its NodeClaim with it: the claim is deleted and goes through the same steps,
 so its pods are still evicted politely. ``terminationGracePeriod`` bounds the drain: past it, pods are
 deleted without asking PodDisruptionBudgets.
+
+The instance goes through ``CloudProvider.delete``, called each pass until it raises ``NodeClaimNotFoundError``
+(a cloud instance takes a while to terminate). A provider that removes the Node itself (KWOK) is then done; for
+one that does not (a real cloud, where the kubelet registered the Node), the Node is deleted here once its
+instance is gone, and its ``karpenter.sh/termination`` finalizer released.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from kubernetes import client
 
@@ -25,17 +30,12 @@ from controller.drain import Drainer, DrainStatus, parse_duration
 from controller.provisioner import TERMINATION_FINALIZER
 from model import labels as wk
 from model.nodepool import NodeClaim
+from providers.protocol import CloudProvider, NodeClaimNotFoundError
 
 log = logging.getLogger(__name__)
 
 FINALIZER = TERMINATION_FINALIZER
 GROUP, VERSION, PLURAL = "karpenter.sh", "v1", "nodeclaims"
-
-
-class InstanceDeleter(Protocol):
-    def delete(self, claim: NodeClaim) -> None:
-        """Delete the claim's instance (idempotent: an instance already gone is not an error)."""
-        ...
 
 
 def _epoch(stamp: str | None) -> float | None:
@@ -73,7 +73,7 @@ def has_disrupted_taint(node: Mapping[str, Any]) -> bool:
 class Terminator:
     """Moves deleting NodeClaims towards removal, one idempotent write (or drain step) per pass."""
 
-    def __init__(self, api: client.ApiClient, cache: ClusterCache, provider: InstanceDeleter,
+    def __init__(self, api: client.ApiClient, cache: ClusterCache, provider: CloudProvider,
                  drainer: Drainer | None = None) -> None:
         self._core = client.CoreV1Api(api)
         self._custom = client.CustomObjectsApi(api)
@@ -103,9 +103,15 @@ class Terminator:
                 writes += self._set_condition(raw, "False", "Draining", message)
                 return writes
         writes += self._set_condition(raw, "True", "Drained", "")
-        self._provider.delete(NodeClaim.model_validate(raw))
-        if node is not None:
-            return writes + 1  # the Node goes; the next pass (after the watch shows it gone) releases the claim
+        try:
+            self._provider.delete(NodeClaim.model_validate(raw))
+        except NodeClaimNotFoundError:
+            if node is not None:  # the instance is gone but its Node is not: remove it (the next pass sees it gone)
+                self._delete_node(node)
+                return writes + 1
+        else:
+            if node is not None:
+                return writes + 1  # the instance goes; the next pass (after the watch shows the Node gone) goes on
         self._remove_finalizer(raw)
         self.last_status.pop(name, None)
         log.info("NodeClaim %s terminated", name)
@@ -141,6 +147,27 @@ class Terminator:
         self._cache.upsert("NodeClaim", cast(dict[str, Any], updated))
         raw["status"] = {**(raw.get("status") or {}), "conditions": conditions}
         return 1
+
+    def _delete_node(self, node: Mapping[str, Any]) -> None:
+        """Delete the Node of a terminated instance and release its termination finalizer (idempotent)."""
+        name = node["metadata"]["name"]
+        try:
+            self._core.delete_node(name)
+        except client.ApiException as err:
+            if err.status != 404:
+                raise
+            return
+        finalizers = list((node.get("metadata") or {}).get("finalizers") or [])
+        if FINALIZER in finalizers:
+            patch = [{"op": "test", "path": "/metadata/finalizers", "value": finalizers},
+                     {"op": "replace", "path": "/metadata/finalizers", "value": [f for f in finalizers
+                                                                                  if f != FINALIZER]}]
+            try:
+                self._core.patch_node(name, patch)
+            except client.ApiException as err:
+                if err.status not in (404, 409, 422):
+                    raise
+        log.info("node %s deleted: its instance is gone", name)
 
     def _remove_finalizer(self, raw: Mapping[str, Any]) -> None:
         finalizers = list((raw.get("metadata") or {}).get("finalizers") or [])

@@ -6,7 +6,7 @@ and startup taints, the ``karpenter.sh/unregistered:NoExecute`` taint (removed a
 ``kwok://`` providerID and the ``kwok.x-k8s.io/node: fake`` annotation that makes KWOK keep it Ready. The
 Node is owned by its NodeClaim and carries the ``karpenter.sh/termination`` finalizer, so a Node deleted by
 anyone stays until the controller has drained it; ``delete`` (the instance going away) deletes the Node and
-releases that finalizer.
+releases that finalizer. The "instances" this provider lists are those Nodes.
 """
 
 from __future__ import annotations
@@ -17,25 +17,18 @@ from typing import Any, cast
 from kubernetes import client
 
 from model import labels as wk
-from model.instancetype import InstanceType
-from model.nodepool import NodeClaim
+from model.instancetype import InstanceType, Offering
+from model.nodepool import NodeClaim, NodeClaimStatus, NodePool
 from model.quantity import format_quantity
 from model.resources import Resources
-from providers.protocol import InsufficientCapacityError
+from providers.fallbacks import planned_offering, ranked_offerings
+from providers.kwok_nodeclass import GROUP, KIND, VERSION
+from providers.protocol import InsufficientCapacityError, Launched, NodeClaimNotFoundError, NodeClassKind, RepairPolicy
 
 PROVIDER_ID_PREFIX = "kwok://"
 TERMINATION_FINALIZER = "karpenter.sh/termination"
-
-
-def _single(claim: NodeClaim, key: str) -> str:
-    """The one value a launched claim's requirement (or label) pins ``key`` to."""
-    label = claim.metadata.labels.get(key)
-    if label:
-        return label
-    for req in claim.spec.requirements:
-        if req.key == key and req.operator == "In" and len(req.values) == 1:
-            return req.values[0]
-    raise InsufficientCapacityError(f"NodeClaim {claim.name} does not pin {key} to one value")
+#: Karpenter's KWOK provider: a Node NotReady (or Unknown) for 10 minutes is repaired
+REPAIR_POLICIES = (RepairPolicy("Ready", "False", 600.0), RepairPolicy("Ready", "Unknown", 600.0))
 
 
 def quantities(resources: Resources) -> dict[str, str]:
@@ -45,25 +38,32 @@ def quantities(resources: Resources) -> dict[str, str]:
 class KwokProvider:
     """Launches NodeClaims as KWOK Nodes through the API server."""
 
+    name = "kwok"
+
     def __init__(self, api: client.ApiClient, catalog: Sequence[InstanceType]) -> None:
         self._core = client.CoreV1Api(api)
         self._types = {it.name: it for it in catalog}
 
-    def instance_types(self, nodepool: Any = None) -> list[InstanceType]:
+    def supported_node_classes(self) -> Sequence[NodeClassKind]:
+        return (NodeClassKind(GROUP, KIND, VERSION, "kwoknodeclasses"),)
+
+    def instance_types(self, nodepool: NodePool | None = None) -> list[InstanceType]:
         return list(self._types.values())
+
+    def choose(self, claim: NodeClaim) -> tuple[InstanceType, Offering]:
+        """The offering a launch uses: the plan's, else the claim's cheapest other allowed offering."""
+        ranked = ranked_offerings(claim, self._types.values())
+        if not ranked:
+            type_name, zone, capacity_type = planned_offering(claim)
+            raise InsufficientCapacityError(f"no available offering {type_name} {zone} {capacity_type}",
+                                            [planned_offering(claim)])
+        return ranked[0]
 
     def node_for(self, claim: NodeClaim) -> dict[str, Any]:
         """The Node object a launch creates (pure, for tests)."""
-        type_name = _single(claim, wk.INSTANCE_TYPE)
-        instance_type = self._types.get(type_name)
-        if instance_type is None:
-            raise InsufficientCapacityError(f"unknown instance type {type_name}")
-        zone, capacity_type = _single(claim, wk.ZONE), _single(claim, wk.CAPACITY_TYPE)
-        if not any(o.zone == zone and o.capacity_type == capacity_type and o.available
-                   for o in instance_type.offerings):
-            raise InsufficientCapacityError(f"no available offering {type_name} {zone} {capacity_type}")
-        labels = {**instance_type.labels, **claim.metadata.labels, wk.HOSTNAME: claim.name, wk.ZONE: zone,
-                  wk.CAPACITY_TYPE: capacity_type, wk.INSTANCE_TYPE: type_name}
+        instance_type, offering = self.choose(claim)
+        labels = {**instance_type.labels, **claim.metadata.labels, wk.HOSTNAME: claim.name, wk.ZONE: offering.zone,
+                  wk.CAPACITY_TYPE: offering.capacity_type, wk.INSTANCE_TYPE: instance_type.name}
         taints = [*claim.spec.taints, *claim.spec.startup_taints]
         return {
             "apiVersion": "v1",
@@ -87,7 +87,7 @@ class KwokProvider:
             },
         }
 
-    def create(self, claim: NodeClaim) -> dict[str, Any]:
+    def create(self, claim: NodeClaim) -> Launched:
         """Create the Node (an existing one of the same name is this claim's: launch is idempotent)."""
         body = self.node_for(claim)
         try:
@@ -95,18 +95,18 @@ class KwokProvider:
         except client.ApiException as err:
             if err.status != 409:
                 raise
-        return body
+        return Launched(_claim_of_node(body, claim))
 
     def delete(self, claim: NodeClaim) -> None:
-        """Delete the claim's Node and release its finalizer (idempotent: a Node already gone is fine)."""
-        name = claim.status.node_name or claim.name
+        """Delete the claim's Node and release its finalizer; ``NodeClaimNotFoundError`` once it is gone."""
+        name = claim.status.node_name or _node_name(claim.status.provider_id) or claim.name
         try:
             self._core.delete_node(name)
             node = self._core.read_node(name)
         except client.ApiException as err:
             if err.status != 404:
                 raise
-            return
+            raise NodeClaimNotFoundError(f"node {name} does not exist") from None
         finalizers = list((node.metadata.finalizers if node.metadata else None) or [])
         if TERMINATION_FINALIZER not in finalizers:
             return
@@ -118,3 +118,48 @@ class KwokProvider:
         except client.ApiException as err:
             if err.status not in (404, 409, 422):  # gone, or changed meanwhile (the next pass retries)
                 raise
+
+    def get(self, provider_id: str) -> NodeClaim:
+        name = _node_name(provider_id)
+        if not name:
+            raise NodeClaimNotFoundError(f"not a KWOK providerID: {provider_id!r}")
+        try:
+            node = self._core.api_client.sanitize_for_serialization(self._core.read_node(name))
+        except client.ApiException as err:
+            if err.status != 404:
+                raise
+            raise NodeClaimNotFoundError(f"node {name} does not exist") from None
+        return _claim_of_node(cast(dict[str, Any], node))
+
+    def list(self) -> list[NodeClaim]:
+        """Every KWOK Node a NodePool launched (labelled ``karpenter.sh/nodepool``, ``kwok://`` providerID)."""
+        raw = self._core.api_client.sanitize_for_serialization(self._core.list_node(label_selector=wk.NODEPOOL))
+        return [_claim_of_node(node) for node in cast(dict[str, Any], raw).get("items") or []
+                if str((node.get("spec") or {}).get("providerID") or "").startswith(PROVIDER_ID_PREFIX)]
+
+    def is_drifted(self, claim: NodeClaim) -> str:
+        return ""  # a KWOK node has no settings that could drift from its node class
+
+    def repair_policies(self) -> Sequence[RepairPolicy]:
+        return REPAIR_POLICIES
+
+
+def _node_name(provider_id: str) -> str:
+    return provider_id[len(PROVIDER_ID_PREFIX):] if provider_id.startswith(PROVIDER_ID_PREFIX) else ""
+
+
+def _claim_of_node(node: dict[str, Any], claim: NodeClaim | None = None) -> NodeClaim:
+    """A Node as the NodeClaim the lifecycle records (``claim`` given: that claim, launched as this Node)."""
+    meta = node.get("metadata") or {}
+    labels = dict(meta.get("labels") or {})
+    status = NodeClaimStatus.model_validate({
+        "nodeName": meta.get("name", ""), "providerID": (node.get("spec") or {}).get("providerID", ""),
+        "capacity": (node.get("status") or {}).get("capacity") or {},
+        "allocatable": (node.get("status") or {}).get("allocatable") or {}})
+    if claim is None:
+        claim = NodeClaim.model_validate({"metadata": {
+            "name": labels.get("karpenter.sh/nodeclaim", meta.get("name", "")),
+            "creationTimestamp": meta.get("creationTimestamp")}})
+    launched = {k: labels[k] for k in (wk.INSTANCE_TYPE, wk.ZONE, wk.CAPACITY_TYPE, wk.NODEPOOL) if k in labels}
+    metadata = claim.metadata.model_copy(update={"labels": {**claim.metadata.labels, **launched}})
+    return claim.model_copy(update={"metadata": metadata, "status": status})

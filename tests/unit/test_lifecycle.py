@@ -10,7 +10,8 @@ from kubernetes import client
 from controller.cache import ClusterCache, Resource
 from controller.lifecycle import Lifecycle
 from controller.provisioner import PODS_ANNOTATION
-from model.nodepool import NodeClaim
+from model.nodepool import NodeClaim, NodeClaimStatus
+from providers.protocol import Launched
 
 READY = {"conditions": [{"type": "Ready", "status": "True"}]}
 
@@ -32,9 +33,10 @@ class Recorder:
 
 
 class FakeLauncher:
-    def create(self, claim: NodeClaim) -> dict[str, Any]:
-        return {"metadata": {"name": claim.name}, "spec": {"providerID": f"kwok://{claim.name}"},
-                "status": {"capacity": {"cpu": "4"}, "allocatable": {"cpu": "3900m"}}}
+    def create(self, claim: NodeClaim) -> Launched:
+        status = NodeClaimStatus.model_validate({"nodeName": claim.name, "providerID": f"kwok://{claim.name}",
+                                                 "capacity": {"cpu": "4"}, "allocatable": {"cpu": "3900m"}})
+        return Launched(claim.model_copy(update={"status": status}))
 
 
 def setup() -> tuple[Lifecycle, ClusterCache, Recorder]:
@@ -108,7 +110,7 @@ def test_insufficient_capacity_marks_the_offering_and_stops() -> None:
     from providers.protocol import InsufficientCapacityError
 
     class Failing:
-        def create(self, claim: NodeClaim) -> dict[str, Any]:
+        def create(self, claim: NodeClaim) -> Launched:
             raise InsufficientCapacityError("no capacity")
 
     lifecycle, cache, _ = setup()

@@ -492,24 +492,27 @@ class FailingLauncher:
     def __init__(self) -> None:
         self.fail = True
 
-    def create(self, claim: Any) -> dict[str, Any]:
+    name = "kwok"
+
+    def create(self, claim: Any) -> Any:
+        from providers.protocol import InsufficientCapacityError, Launched
         if self.fail:
-            from providers.protocol import InsufficientCapacityError
             raise InsufficientCapacityError("no available offering c-4x test-zone-a spot")
-        return {"metadata": {"name": claim.name}}
+        status = claim.status.model_copy(update={"node_name": claim.name})
+        return Launched(claim.model_copy(update={"status": status}))
 
     def delete(self, claim: Any) -> None:
         raise client.ApiException(status=500, reason="boom")
 
 
 def test_provider_errors_count_and_launches_are_events() -> None:
-    from controller.run import ObservedLauncher
+    from controller.run import ObservedProvider
     from model.nodepool import NodeClaim
 
     metrics = Metrics()
     events, fake = recorder(Clock())
     inner = FailingLauncher()
-    launcher = ObservedLauncher(inner, events, metrics)
+    launcher = ObservedProvider(inner, events, metrics)  # type: ignore[arg-type]
     claim = NodeClaim.model_validate({"metadata": {"name": "general-abc", "uid": "c1", "labels": {
         "node.kubernetes.io/instance-type": "c-4x", "topology.kubernetes.io/zone": "test-zone-a",
         "karpenter.sh/capacity-type": "spot"}}, "spec": {"nodeClassRef": {

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from controller.cache import ClusterCache, Resource
 from controller.lifecycle import Lifecycle
 from controller.termination import FINALIZER, drain_deadline
 from model.nodepool import NodeClaim
+from providers.protocol import NodeClaimNotFoundError
 from tests.unit.test_drain import FakeCore, pod
 
 
@@ -188,7 +190,8 @@ def test_created_claims_and_kwok_nodes_carry_the_finalizer_and_delete_releases_t
     assert core.calls == [("delete", "default-abc"), ("patch", [
         {"op": "test", "path": "/metadata/finalizers", "value": ["other/finalizer", FINALIZER]},
         {"op": "replace", "path": "/metadata/finalizers", "value": ["other/finalizer"]}])]
-    core = Core(None)  # already gone: nothing more to do
+    core = Core(None)  # already gone: the provider says so, and termination takes that as done
     provider._core = core  # type: ignore[assignment]
-    provider.delete(claim)
+    with pytest.raises(NodeClaimNotFoundError):
+        provider.delete(claim)
     assert core.calls == [("delete", "default-abc")]
