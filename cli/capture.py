@@ -46,6 +46,7 @@ def kinds(api: Any) -> list[CapturedKind]:
 
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     policy, storage, custom = client.PolicyV1Api(api), client.StorageV1Api(api), client.CustomObjectsApi(api)
+    dra = client.ResourceV1Api(api)
 
     def karpenter(plural: str) -> Lister:
         def lister(**kwargs: Any) -> Any:
@@ -63,6 +64,11 @@ def kinds(api: Any) -> list[CapturedKind]:
         CapturedKind("CSINode", "storage.k8s.io/v1", storage.list_csi_node),
         CapturedKind("PersistentVolume", "v1", core.list_persistent_volume),
         CapturedKind("PersistentVolumeClaim", "v1", core.list_persistent_volume_claim_for_all_namespaces),
+        CapturedKind("DeviceClass", "resource.k8s.io/v1", dra.list_device_class),
+        CapturedKind("ResourceClaim", "resource.k8s.io/v1", dra.list_resource_claim_for_all_namespaces),
+        CapturedKind("ResourceClaimTemplate", "resource.k8s.io/v1",
+                     dra.list_resource_claim_template_for_all_namespaces),
+        CapturedKind("ResourceSlice", "resource.k8s.io/v1", dra.list_resource_slice),
         CapturedKind("Pod", "v1", core.list_pod_for_all_namespaces),
     ]
 

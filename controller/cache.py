@@ -204,6 +204,7 @@ def _describe(err: Exception) -> str:
 def resources(api: client.ApiClient) -> dict[str, Resource]:
     """The resources the provisioner reads, keyed by kind."""
     core, apps, custom = client.CoreV1Api(api), client.AppsV1Api(api), client.CustomObjectsApi(api)
+    dra = client.ResourceV1Api(api)
 
     def crd_lister(plural: str) -> Lister:
         def lister(**kwargs: Any) -> Any:
@@ -216,7 +217,18 @@ def resources(api: client.ApiClient) -> dict[str, Resource]:
         "DaemonSet": Resource("DaemonSet", "apps/v1", apps.list_daemon_set_for_all_namespaces),
         "NodePool": Resource("NodePool", "karpenter.sh/v1", crd_lister("nodepools")),
         "NodeClaim": Resource("NodeClaim", "karpenter.sh/v1", crd_lister("nodeclaims")),
+        # DRA (``solver.rules.dra``): what pods' claims ask for and what nodes publish
+        "DeviceClass": Resource("DeviceClass", DRA_VERSION, dra.list_device_class),
+        "ResourceClaim": Resource("ResourceClaim", DRA_VERSION, dra.list_resource_claim_for_all_namespaces),
+        "ResourceClaimTemplate": Resource("ResourceClaimTemplate", DRA_VERSION,
+                                          dra.list_resource_claim_template_for_all_namespaces),
+        "ResourceSlice": Resource("ResourceSlice", DRA_VERSION, dra.list_resource_slice),
     }
+
+
+DRA_VERSION = "resource.k8s.io/v1"
+#: the DRA kinds the cache watches, in the order the snapshot lists them
+DRA_KINDS = ("DeviceClass", "ResourceClaim", "ResourceClaimTemplate", "ResourceSlice")
 
 
 class ClusterCache:

@@ -31,7 +31,7 @@ from typing import Any, cast
 from kubernetes import client
 
 from controller.batch import is_bound, is_provisionable, is_terminal, pod_key
-from controller.cache import ClusterCache
+from controller.cache import DRA_KINDS, ClusterCache
 from controller.offerings import UnavailableOfferings
 from model import labels as wk
 from model.errors import InputError
@@ -263,7 +263,8 @@ class Provisioner:
                 reserved = copy.deepcopy(pod)
                 reserved.setdefault("spec", {})["nodeName"] = node_of[claim]
                 pods.append(reserved)
-        return [*self.valid_nodepools(), *nodes, *claims, *self._cache.items("DaemonSet"), *pods]
+        dra = [obj for kind in DRA_KINDS if kind in self._cache.informers for obj in self._cache.items(kind)]
+        return [*self.valid_nodepools(), *nodes, *claims, *self._cache.items("DaemonSet"), *dra, *pods]
 
     # -- one batch -------------------------------------------------------------------------------------
     def provision(self, batch: Mapping[str, dict[str, Any]]) -> BatchRecord:

@@ -7,6 +7,17 @@ from typing import Any, Literal
 from model.api import ApiModel
 
 
+class DeviceAllocation(ApiModel):
+    """One device a pod's claim gets on its node, as the allocator would pick it (DRA)."""
+
+    pod: str
+    claim: str
+    request: str
+    driver: str
+    pool: str
+    device: str
+
+
 class PlannedNodeClaim(ApiModel):
     name: str
     node_pool: str
@@ -18,11 +29,15 @@ class PlannedNodeClaim(ApiModel):
     labels: dict[str, str] = {}
     requests: dict[str, str] = {}
     allocatable: dict[str, str] = {}
+    #: DRA: the devices its pods' claims are allocated, in plan order (None, and left out of the JSON, when no
+    #: pod of the snapshot has a claim)
+    devices: list[DeviceAllocation] | None = None
 
 
 class ExistingNodeAssignment(ApiModel):
     name: str
     pods: list[str]
+    devices: list[DeviceAllocation] | None = None
 
 
 class UnschedulablePod(ApiModel):
@@ -68,4 +83,8 @@ class ProvisioningPlan(ApiModel):
     solver: SolverReport
 
     def to_json_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True)
+        out = self.model_dump(mode="json", by_alias=True)
+        for node in (*out.get("nodeClaims", ()), *out.get("existingNodes", ())):
+            if node.get("devices") is None:
+                node.pop("devices", None)
+        return out

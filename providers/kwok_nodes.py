@@ -7,10 +7,15 @@ and startup taints, the ``karpenter.sh/unregistered:NoExecute`` taint (removed a
 Node is owned by its NodeClaim and carries the ``karpenter.sh/termination`` finalizer, so a Node deleted by
 anyone stays until the controller has drained it; ``delete`` (the instance going away) deletes the Node and
 releases that finalizer. The "instances" this provider lists are those Nodes.
+
+For DRA it is also the driver: a node whose instance type has a device inventory gets the ResourceSlices that
+inventory gives it (``InstanceType.node_resource_slices``), owned by the Node, so the kube-scheduler can
+allocate claims on it as soon as it exists.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -42,6 +47,7 @@ class KwokProvider:
 
     def __init__(self, api: client.ApiClient, catalog: Sequence[InstanceType]) -> None:
         self._core = client.CoreV1Api(api)
+        self._resources = client.ResourceV1Api(api)
         self._types = {it.name: it for it in catalog}
 
     def supported_node_classes(self) -> Sequence[NodeClassKind]:
@@ -88,14 +94,35 @@ class KwokProvider:
         }
 
     def create(self, claim: NodeClaim) -> Launched:
-        """Create the Node (an existing one of the same name is this claim's: launch is idempotent)."""
+        """Create the Node (an existing one of the same name is this claim's: launch is idempotent), then
+        publish its devices."""
         body = self.node_for(claim)
         try:
-            self._core.create_node(cast(Any, body), _preload_content=False)
+            response: Any = self._core.create_node(cast(Any, body), _preload_content=False)
+            created = json.loads(response.data)
+            uid = created["metadata"]["uid"]
         except client.ApiException as err:
             if err.status != 409:
                 raise
+            existing = self._core.read_node(claim.name)
+            uid = existing.metadata.uid if existing.metadata else ""
+        self.publish_devices(claim.name, body["metadata"]["labels"][wk.INSTANCE_TYPE], uid)
         return Launched(_claim_of_node(body, claim))
+
+    def publish_devices(self, node_name: str, instance_type: str, node_uid: str) -> None:
+        """Play the DRA driver: the ResourceSlices the instance type's inventory gives the node, owned by the
+        Node (the garbage collector removes them with it). Slices that already exist are kept."""
+        it = self._types.get(instance_type)
+        if it is None or not it.resource_slices:
+            return
+        owner = {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid, "controller": True}
+        for resource_slice in it.node_resource_slices(node_name):
+            try:
+                self._resources.create_resource_slice(cast(Any, resource_slice.api(owner=owner)),
+                                                      _preload_content=False)
+            except client.ApiException as err:
+                if err.status != 409:
+                    raise
 
     def delete(self, claim: NodeClaim) -> None:
         """Delete the claim's Node and release its finalizer; ``NodeClaimNotFoundError`` once it is gone."""

@@ -53,6 +53,7 @@ from solver.problem import Problem, compile_problem
 from solver.proof import prove, slot_bounds
 from solver.rules.preferences import PreferencePolicy
 from solver.rules.registry import RULES
+from solver.verify.dra import with_devices
 
 #: seconds per pod held back from the time limit for decoding and writing the plan
 RESERVE_PER_POD = 1e-4
@@ -537,7 +538,7 @@ def _result(problem: Problem, placement: Placement, greedy: Placement, bound: fl
                 "notes": distinct(outcome.plan.solver.notes + outcome.notes()), "stages": stats.stages})})
     else:
         plan = plan.model_copy(update={"solver": plan.solver.model_copy(update={"stages": stats.stages})})
-    return SolveResult(plan=plan, placement=placement, greedy=greedy, problem=problem)
+    return SolveResult(plan=with_devices(problem.snapshot, plan), placement=placement, greedy=greedy, problem=problem)
 
 
 def _claim_name(index: int, pool: str) -> str:

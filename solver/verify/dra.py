@@ -21,7 +21,9 @@ from model.devices import inventory_devices, published_devices
 from model.dra import MAX_RESERVED_FOR, ClaimIndex, ClaimSpec, allocated_state, gather_pools
 from model.dracel import SelectorEvalError
 from model.inflight import node_views
+from model.plan import DeviceAllocation, ProvisioningPlan
 from model.pod import Pod
+from model.snapshot import Snapshot
 from solver.verify.context import Context, NodeState
 from solver.verify.violation import Violation
 
@@ -120,3 +122,18 @@ def _pod(ctx: Context, state: NodeState, pod: Pod, index: ClaimIndex, node: Node
             allocated_here[key] = state.name
             consumers[key] = 1
     out.by_node.setdefault(state.name, []).extend((pod.key, r) for r in results)
+
+
+def with_devices(snapshot: Snapshot, plan: ProvisioningPlan) -> ProvisioningPlan:
+    """The plan with the devices each placed pod's claims get (``devices`` per NodeClaim and existing node)."""
+    if not any(p.resource_claims for p in snapshot.pods):
+        return plan
+    found = allocations(Context.build(snapshot, plan)).by_node
+
+    def listed(node: str) -> list[DeviceAllocation]:
+        return [DeviceAllocation(pod=pod, claim=r.claim, request=r.request, driver=r.device.driver,
+                                 pool=r.device.pool, device=r.device.device) for pod, r in found.get(node, [])]
+
+    return plan.model_copy(update={
+        "node_claims": [c.model_copy(update={"devices": listed(c.name)}) for c in plan.node_claims],
+        "existing_nodes": [e.model_copy(update={"devices": listed(e.name)}) for e in plan.existing_nodes]})

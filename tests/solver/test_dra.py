@@ -134,6 +134,8 @@ def test_pods_sharing_a_named_claim_run_on_one_node_and_use_one_device() -> None
     (claim,) = plan.node_claims  # one node: the claim's one device is there
     assert sorted(claim.pods) == ["default/serve-0", "default/serve-1"]
     assert claim.instance_type == "g-4x-t4x1"  # one device is enough for both pods
+    # the plan reports the allocation: one device, for the claim, with its first consumer
+    assert [(d.claim, d.device) for d in claim.devices] == [("default/shared", "gpu-0")]
 
 
 def test_a_pod_whose_claim_is_missing_stays_pending() -> None:
