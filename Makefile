@@ -52,6 +52,12 @@ crds: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
+## nodeplan vs its yardstick vs the real Karpenter scheduler (bench/karpenter, built if missing; not in `make test`).
+.PHONY: bench-karpenter
+bench-karpenter: $(STAMP)
+	@bench/karpenter/build.sh >/dev/null
+	$(BIN)/python -m bench.run --karpenter $(BENCH_ARGS)
+
 ## Controller scale-out on the real control plane: 1,000 pending pods to all Running (Karpenter's perf bar).
 bench-controller: $(STAMP) control-plane
 	$(BIN)/python -m bench.controller_perf $(BENCH_ARGS)

@@ -6,6 +6,10 @@ plan's cost over its certified lower bound, ``plan/greedy`` over Karpenter's fir
 (``solver/verify/replay.py``) binds each plan's pods one at a time as the kube-scheduler's filters would, in
 the planned order and ``--replay-orders`` random ones: orders stranding a pod / orders tried, the most pods one
 order strands, and how many of those no retry binds ("never"); not part of ``wall s`` either.
+
+``--karpenter`` prints only the comparison with the real Karpenter instead (``bench/realkarpenter.py``,
+``make bench-karpenter``): Karpenter's generic and diverse batches on its benchmark catalog, each solved by
+nodeplan, its yardstick and the real scheduler built from ``bench/karpenter``.
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ from typing import Any
 
 import yaml
 
-from bench import consolidation
+from bench import consolidation, realkarpenter
 from bench.crossworkload import cross_workload_objects
 from bench.diverse import diverse_objects, karpenter_benchmark_catalog
+from bench.hostaffinity import hostname_affinity_objects
 from bench.scenarios import catalogs, generic_objects
 from bench.workloads import as_list
 from model.snapshot import Snapshot, load_snapshot
@@ -86,6 +91,12 @@ def run_cross(catalog_name: str, pods: int, time_limit: float, seed: int, workdi
     return _run_mix("cross-workload", cross_workload_objects(pods, seed), catalog_name, pods, time_limit, workdir)
 
 
+def run_host_affinity(catalog_name: str, pods: int, time_limit: float, seed: int, workdir: Path) -> list[str]:
+    """Hostname self-affinity beside generic pods (``bench/hostaffinity.py``)."""
+    return _run_mix("hostname-affinity", hostname_affinity_objects(pods, seed), catalog_name, pods, time_limit,
+                    workdir)
+
+
 #: issue 3's targets: 5,000 diverse pods in 10 s, 20,000 in 30 s
 LARGE_DIVERSE_LIMIT = 30.0
 
@@ -129,6 +140,30 @@ def _table(columns: tuple[str, ...]) -> None:
     print("|" + "---|" * len(columns))
 
 
+def _sizes(text: str) -> list[int]:
+    return [int(s) for s in text.split(",") if s]
+
+
+def run_karpenter_table(args: argparse.Namespace) -> int:
+    """nodeplan, its yardstick and the real Karpenter on each batch; time limits as the tables above use.
+    Exit 1 when nodeplan's own plan fails the verifier (the others' verdicts are what is being measured)."""
+    binary = realkarpenter.harness_binary() or realkarpenter.build_harness()
+    other = args.karpenter_other_seed if args.karpenter_other_seed >= 0 else None
+    failed = False
+    _table(realkarpenter.COLUMNS)
+    with tempfile.TemporaryDirectory() as tmp:
+        for mix, size, seed in realkarpenter.batches(args.karpenter_mixes.split(","), _sizes(args.karpenter_sizes),
+                                                     args.seed, other, _sizes(args.karpenter_other_seed_sizes)):
+            limit = args.time_limit if mix == "generic" else (
+                args.diverse_time_limit or diverse_time_limit(size, args.time_limit))
+            rows = realkarpenter.compare(mix, args.karpenter_catalog, size, seed, limit, binary, Path(tmp),
+                                         args.karpenter_timeout)
+            for row in rows:
+                print("| " + " | ".join(row) + " |", flush=True)
+            failed |= rows[0][-1] != "ok"
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     global REPLAY_ORDERS
     parser = argparse.ArgumentParser(description=__doc__)
@@ -145,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
                              f"{LARGE_DIVERSE_LIMIT:.0f} s above, issue 3's targets)")
     parser.add_argument("--cross-sizes", default="1000,5000",
                         help="sizes of the cross-workload mix, on the --diverse-catalogs ('' to skip)")
+    parser.add_argument("--host-affinity-sizes", default="1000,5000",
+                        help="sizes of the hostname self-affinity mix, on the --diverse-catalogs ('' to skip)")
     parser.add_argument("--small-seeds", type=int, default=5)
     parser.add_argument("--consolidation-sizes", default="100,1000,5000",
                         help="fragmented-cluster sizes in nodes for the consolidation table ('' to skip)")
@@ -153,8 +190,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replay-orders", type=int, default=REPLAY_ORDERS,
                         help="random bind orders the replay column tries besides the planned one (0: skip); "
                              "'2/21 max 3' = orders stranding a pod / orders tried, most pods one order strands")
+    parser.add_argument("--karpenter", action="store_true",
+                        help="only the comparison with the real Karpenter (builds bench/karpenter if missing)")
+    parser.add_argument("--karpenter-mixes", default="generic,diverse")
+    parser.add_argument("--karpenter-sizes", default="1000,5000,20000")
+    parser.add_argument("--karpenter-catalog", default="karpenter-400", help="karpenter-400 or kwok")
+    parser.add_argument("--karpenter-other-seed", type=int, default=7,
+                        help="a second seed, run at --karpenter-other-seed-sizes (-1: none)")
+    parser.add_argument("--karpenter-other-seed-sizes", default="20000")
+    parser.add_argument("--karpenter-timeout", type=float, default=0.0,
+                        help="bound Karpenter's Solve() in seconds (0: none, as its benchmark)")
     args = parser.parse_args(argv)
     REPLAY_ORDERS = args.replay_orders
+    if args.karpenter:
+        return run_karpenter_table(args)
     if args.sizes:
         _table(COLUMNS)
     failed = False
@@ -162,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         for catalog_name in args.catalogs.split(",") if args.sizes else ():
             for size in (int(s) for s in args.sizes.split(",")):
                 failed |= _emit(run_one("generic", catalog_name, size, args.time_limit, args.seed, Path(tmp)))
-        for sizes, run_mix in ((args.diverse_sizes, run_diverse), (args.cross_sizes, run_cross)):
+        for sizes, run_mix in ((args.diverse_sizes, run_diverse), (args.cross_sizes, run_cross),
+                               (args.host_affinity_sizes, run_host_affinity)):
             if not sizes:
                 continue
             print()

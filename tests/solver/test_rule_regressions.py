@@ -90,5 +90,6 @@ def test_lone_hostname_self_affine_pod_joins_a_pod_its_term_selects() -> None:
 
 
 def test_diverse_hostname_self_affinity_groups_stay_together() -> None:
-    snapshot = snapshot_of(diverse_objects(60, seed=3), catalog=karpenter_benchmark_catalog(12))
+    from bench.hostaffinity import hostname_affinity_objects
+    snapshot = snapshot_of(hostname_affinity_objects(60, seed=3), catalog=karpenter_benchmark_catalog(12))
     _solve_both_verified(snapshot)
