@@ -20,8 +20,11 @@ from model.snapshot import Snapshot
 
 
 def unbound(pod: Pod, raw: list) -> Pod:  # type: ignore[type-arg]
-    """The pod as the scheduler will see it once evicted and recreated: pending, volumes resolved."""
-    return volumes.resolve(pod.model_copy(update={"node_name": "", "phase": "Pending", "nominated_node": ""}), raw)
+    """The pod as the scheduler will see it once evicted and recreated: pending, volumes resolved, and no
+    generated ResourceClaims yet (those are owned by the evicted pod and go with it; the replacement gets
+    fresh ones from its templates, allocated wherever it lands)."""
+    return volumes.resolve(pod.model_copy(update={"node_name": "", "phase": "Pending", "nominated_node": "",
+                                                  "claim_statuses": ()}), raw)
 
 
 def movable_copy(pod: Pod, node: Node, raw: list) -> Pod:  # type: ignore[type-arg]

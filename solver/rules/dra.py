@@ -30,9 +30,15 @@ itself is absent; ``conservative`` says where).
 kind has candidates; an All unit takes H, a unit of any kind whose candidates meet its kind's on some node
 takes 1, so the two never share a node. ``adminAccess`` takes nothing: admission only.
 
+``firstAvailable`` (sub-requests tried in order, the first that can be satisfied wins): a node is admitted
+when some alternative has enough candidates, and in every dimension the unit counts the most any alternative
+takes there, since whichever one the scheduler picks must fit (safe; stricter than Kubernetes when
+alternatives differ in count). The scheduler's Score for nodes where an earlier alternative fits is not
+mirrored.
+
 Not modelled yet, and left pending with that reason rather than placed invalidly (the verifier,
-``solver/verify/dra.py``, allocates every plan concretely): ``firstAvailable`` with more than one
-sub-request, ``distinctAttribute``, ``matchAttribute`` where the candidates differ in the attribute (nodes
+``solver/verify/dra.py``, allocates every plan concretely): ``firstAvailable`` with an ``All`` alternative,
+``distinctAttribute``, ``matchAttribute`` where the candidates differ in the attribute (nodes
 where all candidates share one value are used: the constraint holds there), multi-allocatable devices
 (consumable capacity) and partitionable devices (shared counters) as candidates, network-attached slices.
 """
@@ -103,23 +109,38 @@ class _Node:
 
 @dataclass
 class _Demand:
-    """What one unit of a class asks for: devices per ExactCount kind, All and admin kinds, matchAttribute
-    constraints per kind."""
+    """What one unit of a class asks for: devices per ExactCount kind, All and admin kinds, ``firstAvailable``
+    choices, matchAttribute constraints per kind."""
 
     count: dict[Kind, int] = field(default_factory=dict)
     all: list[Kind] = field(default_factory=list)
     admin: list[Kind] = field(default_factory=list)
+    #: ``firstAvailable`` requests: (where from, [(kind, count)] in the order the allocator tries them)
+    choices: list[tuple[str, list[tuple[Kind, int]]]] = field(default_factory=list)
     match: dict[Kind, set[str]] = field(default_factory=dict)
     #: which claim and request each kind comes from (for reasons)
     source: dict[Kind, str] = field(default_factory=dict)
 
     @property
     def kinds(self) -> list[Kind]:
-        return [*self.count, *self.all, *self.admin]
+        return [*self.count, *self.all, *self.admin, *(k for _, alts in self.choices for k, _ in alts)]
+
+    def uses(self, near: frozenset[Kind]) -> int:
+        """Devices one unit may take from kinds in ``near``: its ExactCount requests there, and for each
+        firstAvailable request the most any alternative there takes (whichever the scheduler picks)."""
+        return sum(n for k, n in self.count.items() if k in near) + sum(
+            max((n for k, n in alts if k in near), default=0) for _, alts in self.choices)
 
     def add(self, claim: str, spec: ClaimSpec) -> None:
         for request in spec.requests:
-            ref, exact = request.alternatives()[0]
+            alternatives = request.alternatives()
+            if len(alternatives) > 1:
+                alts = [(Kind.of(exact), exact.count) for _, exact in alternatives]
+                for (ref, _), (kind, _) in zip(alternatives, alts, strict=True):
+                    self.source.setdefault(kind, f"claim {claim} request {ref}")
+                self.choices.append((f"claim {claim} request {request.name}", alts))
+                continue
+            ref, exact = alternatives[0]
             kind = Kind.of(exact)
             self.source.setdefault(kind, f"claim {claim} request {ref}")
             if kind.admin:
@@ -136,13 +157,17 @@ class _Demand:
 def _not_modelled(spec: ClaimSpec) -> str:
     """The first feature of a claim this family does not model yet ("" when none)."""
     for request in spec.requests:
-        if len(request.first_available) > 1:
-            return f"firstAvailable with several sub-requests (request {request.name})"
+        if len(request.first_available) > 1 and any(s.allocation_mode == "All" for s in request.first_available):
+            return f"firstAvailable with an allocationMode All sub-request (request {request.name})"
     for constraint in spec.constraints:
         if constraint.distinct_attribute:
             return f"distinctAttribute {constraint.distinct_attribute}"
         if len(constraint.requests) > 1 or (not constraint.requests and len(spec.requests) > 1):
             return f"matchAttribute {constraint.match_attribute} across several requests"
+        if any("/" in r for r in constraint.requests) or any(
+                len(r.first_available) > 1 for r in spec.requests if not constraint.requests
+                or r.name in constraint.requests):
+            return f"matchAttribute {constraint.match_attribute} on a firstAvailable request"
     return ""
 
 
@@ -340,7 +365,7 @@ class _Analysis:
                         partial.add(f"{kind.describe()} / {other.describe()}")
             neighbourhoods.append(seen)
         for n, (kind, near) in enumerate(pairs):
-            uses = {c: sum(d.count.get(k, 0) for k in near) for c, d in self.demands.items()}
+            uses = {c: d.uses(near) for c, d in self.demands.items()}
             uses = {c: u for c, u in uses.items() if u}
             if not uses:
                 continue
@@ -392,9 +417,14 @@ class _Analysis:
             if kind in demand.match and kind in node.unmatched:
                 return (f"{source}: matchAttribute {', '.join(sorted(demand.match[kind]))} over candidates that "
                         "differ in it is not modelled yet")
-            need = demand.count.get(kind, 0)
-            if (need and have < need) or (kind in demand.admin and not have):
-                return f"no instance type offers {max(need, 1)} free device(s) of {kind.describe()} ({source})"
+            if kind in demand.count or kind in demand.admin:
+                need = demand.count.get(kind, 0)
+                if (need and have < need) or (kind in demand.admin and not have):
+                    return f"no instance type offers {max(need, 1)} free device(s) of {kind.describe()} ({source})"
+        for source, alts in demand.choices:
+            if not any(len(node.candidates.get(k, ())) >= n for k, n in alts):
+                wanted = " or ".join(f"{n} of {k.describe()}" for k, n in alts)
+                return f"no instance type offers free devices for any alternative of {source} ({wanted})"
         return ""
 
 

@@ -224,13 +224,36 @@ def test_a_selector_that_errors_on_every_device_leaves_the_pod_pending_with_the_
     assert "CEL selector fails" in _pending(plan)["default/p-0"]
 
 
-def test_first_available_with_alternatives_is_pending_as_not_modelled_yet() -> None:
+def _either(first: str, second: str, first_count: int = 1) -> dict[str, Any]:
+    return {"name": "gpu", "firstAvailable": [
+        {"name": "first", "deviceClassName": "gpu", "count": first_count, "selectors": _model(first)},
+        {"name": "second", "deviceClassName": "gpu", "selectors": _model(second)}]}
+
+
+def test_first_available_falls_back_to_the_second_alternative_where_the_first_is_not_offered() -> None:
+    """The NodePool offers no h100 type: every pod runs on t4 devices, the sub-request the allocator tries next."""
+    pool = nodepool("gpu", requirements=[{"key": "karpenter.kwok.sh/instance-gpu-name", "operator": "In",
+                                          "values": ["t4"]}])
+    snapshot = snapshot_of([pool, GPU_CLASS, _template("either", _either("h100", "t4")),
+                            *_gpu_pods("p", 3, template="either")], catalog=CATALOG)
+    plan = solve_verified(snapshot).plan
+    assert not plan.unschedulable
+    assert all("t4" in c.instance_type for c in plan.node_claims)
+    assert {d.request for c in plan.node_claims for d in c.devices or []} == {"gpu/second"}
+
+
+def test_first_available_counts_the_largest_alternative_on_nodes_where_both_can_be_taken() -> None:
+    """Both alternatives match the same devices (any a100); whichever the scheduler takes must fit, so a node
+    of 2 a100 holds one pod asking 'two, or else one', not two."""
     request = {"name": "gpu", "firstAvailable": [
-        {"name": "big", "deviceClassName": "gpu", "selectors": _model("h100")},
-        {"name": "small", "deviceClassName": "gpu", "selectors": _model("t4")}]}
-    plan = _solve([_template("either", request), *_gpu_pods("p", 1, template="either")])
-    assert not plan.node_claims
-    assert "firstAvailable" in _pending(plan)["default/p-0"]
+        {"name": "two", "deviceClassName": "gpu", "count": 2, "selectors": _model("a100")},
+        {"name": "one", "deviceClassName": "gpu", "count": 1, "selectors": _model("a100")}]}
+    pool = nodepool("gpu", requirements=[{"key": "node.kubernetes.io/instance-type", "operator": "In",
+                                          "values": ["g-16x-a100x2"]}])
+    snapshot = snapshot_of([pool, GPU_CLASS, _template("flex", request), *_gpu_pods("p", 2, template="flex")],
+                           catalog=CATALOG)
+    plan = solve_verified(snapshot).plan
+    assert len(plan.node_claims) == 2 and all(len(c.pods) == 1 for c in plan.node_claims)
 
 
 # --- the verifier, on plans the solver did not make -----------------------------------------------------------
