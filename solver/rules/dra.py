@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING
 from model import labels as wk
 from model.devices import NodeDevice, candidate, device_type, inventory_devices, network_attached, published_devices
 from model.dra import ClaimIndex, ClaimSpec, DeviceClass, DeviceID, ExactRequest, ResolvedClaim, allocated_state
-from model.dracel import SelectorCompileError, SelectorEvalError
+from model.dracel import SelectorCompileError, SelectorEvalError, compile_selector
 from model.inflight import node_views
 from model.pod import Pod
 from model.requirements import Requirement, Requirements
@@ -171,6 +171,23 @@ def _not_modelled(spec: ClaimSpec) -> str:
     return ""
 
 
+def _uncompilable(spec: ClaimSpec, classes: Mapping[str, DeviceClass]) -> str:
+    """The first selector of the claim's requests or their classes that does not compile ("" when all do):
+    the kube-scheduler cannot allocate the claim anywhere."""
+    for request in spec.requests:
+        for ref, exact in request.alternatives():
+            device_class = classes.get(exact.device_class_name)
+            owners = [(f"device class {exact.device_class_name}", device_class.selectors if device_class else ()),
+                      (f"request {ref}", exact.selectors)]
+            for owner, expressions in owners:
+                for expression in expressions:
+                    try:
+                        compile_selector(expression)
+                    except SelectorCompileError as err:
+                        return f"the CEL selector of {owner} does not compile ({err.cel_message})"
+    return ""
+
+
 def _pin(claim: ResolvedClaim) -> tuple[Requirements, ...]:
     """Where an allocated claim's devices are reachable (ORed node terms; none = everywhere)."""
     assert claim.claim is not None and claim.claim.allocation is not None
@@ -209,6 +226,8 @@ class ResourceClaims(Rule):
                     problem = f"claim {claim.ref.name} has nothing to allocate"
                 elif missing := index.missing_classes(claim.spec):
                     problem = f"device class {missing[0]} not found (the pod waits for it)"
+                elif broken := _uncompilable(claim.spec, index.classes):
+                    problem = f"claim {claim.claim_key or claim.ref.name}: {broken}"
                 elif feature := _not_modelled(claim.spec):
                     problem = f"claim {claim.claim_key or claim.ref.name}: DRA {feature} is not modelled yet"
                 if problem:

@@ -89,6 +89,10 @@ def test_gpu_pods_get_nodes_with_their_devices_and_run(cluster: Cluster, workspa
         _with_claim("pair", 2, {"resourceClaimTemplateName": "two-t4"}),
         _with_claim("serve", 2, {"resourceClaimName": "shared-t4"}),
         _with_claim("huge", 1, {"resourceClaimTemplateName": "nine-h100"}),
+        _template("h100-or-t4", {"name": "gpu", "firstAvailable": [
+            {"name": "first", **_request("h100", 8)["exactly"]},
+            {"name": "second", **_request("t4")["exactly"]}]}),
+        _with_claim("fallback", 1, {"resourceClaimTemplateName": "h100-or-t4"}),
     ]
     controller = Controller(api, ControllerOptions(batch_idle=2.0, batch_max=10.0,
                                                    provisioner=ProvisionerOptions(solve_time_limit=5.0)),
@@ -99,7 +103,7 @@ def test_gpu_pods_get_nodes_with_their_devices_and_run(cluster: Cluster, workspa
     try:
         for obj in objects:
             apply(api, obj)
-        wanted = 3 + 2 + 2
+        wanted = 3 + 2 + 2 + 1
 
         def runnable() -> list[Any]:
             pods = [p for p in core.list_namespaced_pod(NAMESPACE).items if not p.metadata.name.startswith("huge-")]
@@ -125,6 +129,8 @@ def test_gpu_pods_get_nodes_with_their_devices_and_run(cluster: Cluster, workspa
             assert terms[0].match_fields[0].values == [pod.spec.node_name]  # devices on the pod's own node
             expected = "a100" if pod.metadata.name.startswith("train-") else "t4"
             assert {models[(r.pool, r.device)] for r in allocation.devices.results} == {expected}
+            if pod.metadata.name.startswith("fallback-"):  # 8 h100 cost more than one t4 node: the second choice
+                assert [r.request for r in allocation.devices.results] == ["gpu/second"]
             if pod.metadata.name.startswith("pair-"):
                 assert len(allocation.devices.results) == 2
     # the shared claim: one allocation, both consumers on its node

@@ -224,6 +224,13 @@ def test_a_selector_that_errors_on_every_device_leaves_the_pod_pending_with_the_
     assert "CEL selector fails" in _pending(plan)["default/p-0"]
 
 
+def test_a_selector_that_does_not_compile_leaves_the_pod_pending_naming_it() -> None:
+    broken = [{"cel": {"expression": "device.driver == "}}]
+    plan = _solve([_template("broken", _request(selectors=broken)), *_gpu_pods("p", 1, template="broken")])
+    assert not plan.node_claims
+    assert "does not compile" in _pending(plan)["default/p-0"] and "request gpu" in _pending(plan)["default/p-0"]
+
+
 def _either(first: str, second: str, first_count: int = 1) -> dict[str, Any]:
     return {"name": "gpu", "firstAvailable": [
         {"name": "first", "deviceClassName": "gpu", "count": first_count, "selectors": _model(first)},
