@@ -23,6 +23,7 @@ from cli.capture import snapshot_cmd
 from cli.catalog import app as catalog_app
 from cli.diff import diff_cmd, solve_progress
 from cli.run import crds_cmd, run_cmd
+from cli.settings import COMMAND as RUN_COMMAND
 from model.disruption import DisruptionPlan
 from model.durations import parse_time
 from model.errors import InputError
@@ -45,6 +46,22 @@ from solver.verify.replay import replay
 app = typer.Typer(help="Kubernetes node provisioning decided by an exact CP-SAT model.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
 stderr = Console(stderr=True)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from controller.metrics import build_commit, build_version  # only here: it loads prometheus_client
+
+        typer.echo(f"nodeplan {build_version()} (commit {build_commit()})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _global_options(
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                          help="Print the version and source commit, then exit.")] = False,
+) -> None:
+    """Kubernetes node provisioning decided by an exact CP-SAT model."""
 
 
 class OutputFormat(StrEnum):
@@ -258,7 +275,7 @@ def verify_cmd(
 app.command("diff")(diff_cmd)
 app.add_typer(catalog_app, name="catalog")
 app.command("snapshot")(snapshot_cmd)
-app.command("run")(run_cmd)
+app.command("run", **RUN_COMMAND)(run_cmd)
 app.command("crds")(crds_cmd)
 
 # typer names commands after functions; keep the user-facing name "solve"

@@ -13,6 +13,7 @@ import typer
 from kubernetes import client, config
 from urllib3.exceptions import HTTPError
 
+from cli.settings import NO_GATES, Duration, FeatureGates, LogLevel, envvars
 from controller import crds, permissions
 from controller.disruption import DisruptionOptions
 from controller.provisioner import ProvisionerOptions
@@ -20,6 +21,7 @@ from controller.run import Controller, ControllerOptions, api_client, configure_
 from model.errors import InputError
 from providers.catalog_file import load_catalog
 from providers.kwok import kwok_catalog
+from solver.rules.preferences import PreferencePolicy
 
 log = logging.getLogger(__name__)
 
@@ -47,49 +49,79 @@ def run_cmd(
                                                     "service account, else $KUBECONFIG / ~/.kube/config).")] = None,
     catalog: Annotated[Path | None, typer.Option("--catalog", help="Instance catalog (default: built-in KWOK).")
                        ] = None,
-    batch_idle: Annotated[float, typer.Option("--batch-idle", min=0.05, help="Close a batch after this many "
-                                              "seconds without a new pending pod.")] = 1.0,
-    batch_max: Annotated[float, typer.Option("--batch-max", min=0.05, help="Close a batch at the latest after "
-                                             "this many seconds.")] = 10.0,
-    solve_time_limit: Annotated[float, typer.Option("--solve-time-limit", min=0.1,
-                                                    help="Seconds the solver may spend on one batch.")] = 10.0,
-    bind_grace: Annotated[float, typer.Option("--bind-grace", min=0.0, help="Seconds after a NodeClaim is "
-                                              "initialized during which its pods stay reserved for it.")] = 15.0,
-    metrics_port: Annotated[int, typer.Option("--metrics-port", min=0, max=65535, help="Serve Prometheus "
-                                              "/metrics here (0: any free port).")] = 8080,
-    health_port: Annotated[int, typer.Option("--health-port", min=0, max=65535, help="Serve /healthz and /readyz "
-                                             "here (may equal --metrics-port).")] = 8081,
+    batch_idle: Annotated[float, typer.Option("--batch-idle", parser=Duration(0.05), envvar=envvars("batch_idle"),
+                                              metavar="DURATION", show_default="1s", help="Close a batch after "
+                                              "this long without a new pending pod.")] = 1.0,
+    batch_max: Annotated[float, typer.Option("--batch-max", parser=Duration(0.05), envvar=envvars("batch_max"),
+                                             metavar="DURATION", show_default="10s", help="Close a batch at the "
+                                             "latest after this long.")] = 10.0,
+    solve_time_limit: Annotated[float, typer.Option("--solve-time-limit", parser=Duration(0.1), metavar="DURATION",
+                                                    show_default="10s",
+                                                    help="How long the solver may spend on one batch.")] = 10.0,
+    bind_grace: Annotated[float, typer.Option("--bind-grace", parser=Duration(), metavar="DURATION",
+                                              show_default="15s", help="How long after a NodeClaim is "
+                                              "initialized its pods stay reserved for it.")] = 15.0,
+    solver_workers: Annotated[int, typer.Option("--solver-workers", min=1, help="CP-SAT workers per solve "
+                                                "(provisioning and consolidation).")] = 2,
+    preference_policy: Annotated[PreferencePolicy, typer.Option(
+        "--preference-policy", envvar=envvars("preference_policy"), help="Respect: preferred node affinity "
+        "outranks cost (Karpenter's default); Ignore: cost only; Price: each unit of preference weight is worth "
+        "--preference-price $/h per pod.")] = PreferencePolicy.RESPECT,
+    preference_price: Annotated[float, typer.Option("--preference-price", min=0.0,
+                                                    help="$/h per unit of preference weight (Price).")] = 0.0,
+    metrics_port: Annotated[int, typer.Option("--metrics-port", min=0, max=65535, envvar=envvars("metrics_port"),
+                                              help="Serve Prometheus /metrics here (0: any free port).")] = 8080,
+    health_port: Annotated[int, typer.Option("--health-port", min=0, max=65535, envvar=envvars("health_port"),
+                                             help="Serve /healthz and /readyz here (may equal --metrics-port)."
+                                             )] = 8081,
     bind_address: Annotated[str, typer.Option("--bind-address", help="Address the HTTP endpoints listen on.")
                             ] = "0.0.0.0",
     leader_elect: Annotated[bool | None, typer.Option("--leader-elect/--no-leader-elect", help="Provision only "
                                                       "while holding a Lease (default: on in-cluster, off with "
                                                       "--kubeconfig).", show_default=False)] = None,
     leader_election_namespace: Annotated[str | None, typer.Option(
-        "--leader-election-namespace", help="Namespace of the Lease (default: $POD_NAMESPACE, else the service "
-        "account's, else default).", show_default=False)] = None,
-    leader_election_name: Annotated[str, typer.Option("--leader-election-name", help="Name of the Lease.")
-                                    ] = "nodeplan-leader-election",
+        "--leader-election-namespace", envvar=envvars("leader_election_namespace"), help="Namespace of the Lease "
+        "(default: $POD_NAMESPACE, else the service account's, else default).", show_default=False)] = None,
+    leader_election_name: Annotated[str, typer.Option("--leader-election-name", envvar=envvars(
+        "leader_election_name"), help="Name of the Lease.")] = "nodeplan-leader-election",
     consolidation: Annotated[bool, typer.Option("--consolidation/--no-consolidation", help="Remove and replace "
                                                 "nodes to lower cost when the cluster is quiet.")] = True,
-    consolidation_interval: Annotated[float, typer.Option("--consolidation-interval", min=0.1, help="Seconds "
-                                                          "between consolidation passes.")] = 10.0,
-    consolidation_time_limit: Annotated[float, typer.Option("--consolidation-time-limit", min=0.5, help="Seconds "
+    consolidation_interval: Annotated[float, typer.Option("--consolidation-interval", parser=Duration(0.1),
+                                                          metavar="DURATION", show_default="10s",
+                                                          help="Time between consolidation passes.")] = 10.0,
+    consolidation_time_limit: Annotated[float, typer.Option("--consolidation-time-limit", parser=Duration(0.5),
+                                                            metavar="DURATION", show_default="15s", help="How long "
                                                             "the solver may spend on one consolidation decision.")
                                         ] = 15.0,
     consolidation_validation_wait: Annotated[float, typer.Option(
-        "--consolidation-validation-wait", min=0.0, help="Seconds between a consolidation decision and its "
-        "re-check against the cluster (Karpenter: 15).")] = 15.0,
-    log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")] = "info",
+        "--consolidation-validation-wait", parser=Duration(), metavar="DURATION", show_default="15s",
+        help="Time between a consolidation decision and its re-check against the cluster (Karpenter: 15s).")
+    ] = 15.0,
+    spot_to_spot: Annotated[bool | None, typer.Option(
+        "--spot-to-spot/--no-spot-to-spot", show_default=False, help="Consolidation may replace spot nodes with "
+        "spot nodes (default: the SpotToSpotConsolidation feature gate, off).")] = None,
+    feature_gates: Annotated[FeatureGates, typer.Option(
+        "--feature-gates", parser=FeatureGates.parse, envvar=envvars("feature_gates"), metavar="GATES",
+        show_default=False, help="Karpenter's feature gates, e.g. SpotToSpotConsolidation=true (the only one "
+        "nodeplan implements; the others are accepted and ignored).")] = NO_GATES,
+    log_level: Annotated[LogLevel, typer.Option("--log-level", envvar=envvars("log_level"), case_sensitive=False,
+                                                help="debug, info, warning or error.")] = LogLevel.info,
 ) -> None:
     """Run the provisioning controller until SIGINT / SIGTERM (JSON logs on stderr).
 
     Checks every RBAC permission it needs first (exit 2 naming what is missing). Exit 1 if leadership is lost
-    or a worker loop crashed (Kubernetes restarts the pod).
+    or a worker loop crashed (Kubernetes restarts the pod). Every option is also the environment variable
+    NODEPLAN_<OPTION> (NODEPLAN_BATCH_MAX=10s); Karpenter's names are accepted where the meaning is the same
+    (BATCH_MAX_DURATION, BATCH_IDLE_DURATION, LOG_LEVEL, METRICS_PORT, HEALTH_PROBE_PORT, FEATURE_GATES,
+    PREFERENCE_POLICY, LEADER_ELECTION_NAME, LEADER_ELECTION_NAMESPACE); a flag wins over both.
 
     Example: nodeplan run --kubeconfig /tmp/nodeplan-cluster/kubeconfig --metrics-port 0 --health-port 0
     """
     if batch_max < batch_idle:
         raise _fail("--batch-max must be at least --batch-idle")
+    for gate in feature_gates.ignored():
+        typer.echo(f"warning: feature gate {gate} has no effect in nodeplan", err=True)
+    spot = spot_to_spot if spot_to_spot is not None else feature_gates.enabled("SpotToSpotConsolidation")
     try:
         instance_types = load_catalog(catalog) if catalog else kwok_catalog()
     except InputError as err:
@@ -103,11 +135,12 @@ def run_cmd(
     preflight(api, namespace, elect)
     configure_logging(log_level)
     options = ControllerOptions(batch_idle=batch_idle, batch_max=batch_max, provisioner=ProvisionerOptions(
-        solve_time_limit=solve_time_limit, bind_grace=bind_grace), metrics_port=metrics_port,
+        solve_time_limit=solve_time_limit, bind_grace=bind_grace, workers=solver_workers,
+        preference_policy=preference_policy, preference_price=preference_price), metrics_port=metrics_port,
         health_port=health_port, bind_address=bind_address, leader_elect=elect, lease_namespace=namespace,
         lease_name=leader_election_name, disruption=DisruptionOptions(
             enabled=consolidation, interval=consolidation_interval, time_limit=consolidation_time_limit,
-            validation_wait=consolidation_validation_wait))
+            validation_wait=consolidation_validation_wait, workers=solver_workers, spot_to_spot=spot))
     controller = Controller(api, options, instance_types)
     stop = threading.Event()
 

@@ -9,7 +9,11 @@ scrape time by a custom collector, so they are never stale and cost nothing betw
 
 from __future__ import annotations
 
+import functools
+import subprocess
 from collections.abc import Callable, Iterator, Mapping
+from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -50,6 +54,33 @@ def _requests(pod: Mapping[str, Any]) -> Resources:
         return effective_requests(RawObject(pod.get("spec") or {}, "spec"))
     except InputError:
         return Resources()
+
+
+@functools.cache
+def build_version() -> str:
+    """The installed nodeplan distribution's version."""
+    try:
+        return metadata.version("nodeplan")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+@functools.cache
+def build_commit() -> str:
+    """The source commit: the ``COMMIT`` file the image build writes into the installed distribution's metadata
+    (``hack/image/build.sh`` passes it as a build arg), else ``git`` on the source tree of an editable install."""
+    try:
+        recorded = (metadata.distribution("nodeplan").read_text("COMMIT") or "").strip()
+    except metadata.PackageNotFoundError:
+        recorded = ""
+    if recorded:
+        return recorded
+    try:
+        found = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parents[1],
+                               capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return found.stdout.strip() if found.returncode == 0 and found.stdout.strip() else "unknown"
 
 
 class ClusterStateCollector(Collector):
@@ -163,6 +194,9 @@ class Metrics:
         self.leader = Gauge(f"{OWN}leader", "1 while this replica holds the leader-election Lease", registry=r)
         self.nodepools_invalid = Gauge(f"{OWN}nodepools_invalid", "NodePools ignored because they are invalid",
                                        registry=r)
+        self.build_info = Gauge(f"{OWN}build_info", "Always 1; the running build's version and source commit",
+                                ["version", "commit"], registry=r)
+        self.build_info.labels(build_version(), build_commit()).set(1)
         for gauge in (self.queue_depth, self.unschedulable):
             gauge.labels(CONTROLLER).set(0)
         if cache is not None:
