@@ -24,9 +24,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import lru_cache
 
-from model.dra import Device, DeviceClass, DeviceID, ExactRequest, ResourceSlice, gather_pools
+from model.dra import Device, DeviceClass, DeviceID, ExactRequest, Pool, ResourceSlice, gather_pools
 from model.dracel import DeviceInput, compile_selector
 from model.instancetype import InstanceType
 
@@ -45,15 +46,30 @@ class NodeDevice:
 def published_devices(slices: Iterable[ResourceSlice], node_name: str, labels: Mapping[str, str]
                       ) -> tuple[NodeDevice, ...]:
     """Devices of the node-local usable pools a node has published, in the allocator's order."""
+    return tuple(NodeDevice(pool.device_id(d), d) for pool in _local_pools(slices, node_name)
+                 for d in pool.devices_for(node_name, labels))
+
+
+def _local_pools(slices: Iterable[ResourceSlice], node_name: str) -> list[Pool]:
     slices = list(slices)
     pools = {s.pool_id for s in slices if s.node_name == node_name}
     # a partitionable pool's counter slices name no node: they belong to the pools the node's slices are in
     local = [s for s in slices if s.pool_id in pools and (s.node_name == node_name or not s.devices)]
-    out: list[NodeDevice] = []
-    for pool in gather_pools(local):
-        if pool.usable:
-            out.extend(NodeDevice(pool.device_id(d), d) for d in pool.devices_for(node_name, labels))
-    return tuple(out)
+    return [pool for pool in gather_pools(local) if pool.usable]
+
+
+def counter_sets(slices: Iterable[ResourceSlice], node_name: str) -> dict[tuple[str, str], dict[str, Fraction]]:
+    """(pool, counter set) → counter → amount, for the node-local usable pools (partitionable devices draw
+    on them)."""
+    return {(pool.name, name): counter_set.amounts() for pool in _local_pools(slices, node_name)
+            for name, counter_set in pool.counter_sets().items()}
+
+
+def inventory_slices(instance_type: InstanceType | None, node_name: str) -> tuple[ResourceSlice, ...]:
+    """The slices a node of ``instance_type`` will publish under ``node_name``."""
+    if instance_type is None or not instance_type.resource_slices:
+        return ()
+    return instance_type.node_resource_slices(node_name)
 
 
 def inventory_devices(instance_type: InstanceType | None, node_name: str) -> tuple[NodeDevice, ...]:

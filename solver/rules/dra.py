@@ -36,21 +36,43 @@ takes there, since whichever one the scheduler picks must fit (safe; stricter th
 alternatives differ in count). The scheduler's Score for nodes where an earlier alternative fits is not
 mirrored.
 
+Multi-allocatable devices (consumable capacity): one allocation takes the request's capacity rounded up by
+the device's policy (the largest over a kind's candidates); a share fails only when every candidate has less
+left than it needs, so per capacity name Σ allocations × share ≤ Σ over the candidates (left − share) + share
+holds in any order (exact for one shared device). Partitionable devices drawing on one counter set per node:
+besides the device dimensions, per counter Σ allocations × the most a kind's candidates draw ≤ what the set
+has left (exact when a kind's candidates draw alike).
+
 Not modelled yet, and left pending with that reason rather than placed invalidly (the verifier,
 ``solver/verify/dra.py``, allocates every plan concretely): ``firstAvailable`` with an ``All`` alternative,
 ``distinctAttribute``, ``matchAttribute`` where the candidates differ in the attribute (nodes
-where all candidates share one value are used: the constraint holds there), multi-allocatable devices
-(consumable capacity) and partitionable devices (shared counters) as candidates, network-attached slices.
+where all candidates share one value are used: the constraint holds there), multi-allocatable devices mixed
+with dedicated ones among a kind's candidates, partitions drawing on several counter sets of one node,
+network-attached slices.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
+from math import lcm
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from model import labels as wk
-from model.devices import NodeDevice, candidate, device_type, inventory_devices, network_attached, published_devices
+from model.allocator import share
+from model.devices import (
+    NodeDevice,
+    candidate,
+    counter_sets,
+    device_type,
+    inventory_devices,
+    inventory_slices,
+    network_attached,
+    published_devices,
+)
 from model.dra import ClaimIndex, ClaimSpec, DeviceClass, DeviceID, ExactRequest, ResolvedClaim, allocated_state
 from model.dracel import SelectorCompileError, SelectorEvalError, compile_selector
 from model.inflight import node_views
@@ -105,6 +127,14 @@ class _Node:
     unmatched: set[Kind] = field(default_factory=set)
     #: ``All`` kinds with a candidate in use
     busy: set[Kind] = field(default_factory=set)
+    #: kinds whose candidates here are all multi-allocatable: the capacity one allocation takes (name →
+    #: amount, the largest over the candidates) and what the candidates still have of it
+    shares: dict[Kind, dict[str, Fraction]] = field(default_factory=dict)
+    room: dict[Kind, dict[str, Fraction]] = field(default_factory=dict)
+    #: the one counter set partitions here draw from: counter → what is left; and what each kind's
+    #: allocation takes from it (the most any of its candidates consumes)
+    counters_left: dict[str, Fraction] = field(default_factory=dict)
+    draws: dict[Kind, dict[str, Fraction]] = field(default_factory=dict)
 
 
 @dataclass
@@ -128,8 +158,14 @@ class _Demand:
     def uses(self, near: frozenset[Kind]) -> int:
         """Devices one unit may take from kinds in ``near``: its ExactCount requests there, and for each
         firstAvailable request the most any alternative there takes (whichever the scheduler picks)."""
-        return sum(n for k, n in self.count.items() if k in near) + sum(
-            max((n for k, n in alts if k in near), default=0) for _, alts in self.choices)
+        return int(self.weighted({k: Fraction(1) for k in near}))
+
+    def weighted(self, weight: Mapping[Kind, Fraction]) -> Fraction:
+        """What one unit takes of a resource each allocation of kind k takes ``weight[k]`` of (devices,
+        capacity, counters), firstAvailable requests counting their largest alternative."""
+        return sum((n * weight[k] for k, n in self.count.items() if k in weight), Fraction(0)) + sum(
+            (max((n * weight[k] for k, n in alts if k in weight), default=Fraction(0)) for _, alts in self.choices),
+            Fraction(0))
 
     def add(self, claim: str, spec: ClaimSpec) -> None:
         for request in spec.requests:
@@ -280,6 +316,7 @@ class ResourceClaims(Rule):
         if not isinstance(analysis, _Analysis):
             return
         closed = problem.closed_because.setdefault(NAME, {})
+        axes = [j for j, axis in enumerate(problem.axes) if axis.split(":", 1)[0] in self.counter_names]
         for c, demand in analysis.demands.items():
             for t, node in enumerate(analysis.template_nodes):
                 if problem.template_ok[c, t] and (why := analysis.refusal(c, demand, node)):
@@ -289,6 +326,14 @@ class ResourceClaims(Rule):
                 if problem.existing_ok[c, e] and (why := analysis.refusal(c, demand, node)):
                     problem.existing_ok[c, e] = False
                     closed.setdefault(c, why)
+            if axes:  # one unit must fit the node's devices, capacity and counters at all
+                short = ~np.all(problem.template_alloc[:, axes] >= problem.sizes[c, axes], axis=1)
+                for tt in np.flatnonzero(short & problem.template_ok[c]):
+                    problem.template_ok[c, tt] = False
+                    closed.setdefault(c, "no instance type has enough free devices, device capacity or counters "
+                                         "for one pod's claims together")
+                short = ~np.all(problem.existing_free[:, axes] >= problem.sizes[c, axes], axis=1)
+                problem.existing_ok[c, short] = False
 
     # --- 3. what the plan says ----------------------------------------------------------------------------
 
@@ -347,7 +392,8 @@ class _Analysis:
         for t in batch.templates:
             it = t.instance_type
             if it.name not in by_type:
-                by_type[it.name] = _node(inventory_devices(it, "node"), kinds, class_defs, frozenset(), demands)
+                by_type[it.name] = _node(inventory_devices(it, "node"), kinds, class_defs, frozenset(), demands,
+                                         sets=counter_sets(inventory_slices(it, "node"), "node"))
             template_nodes.append(by_type[it.name])
         views = {v.node.name: v for v in node_views(batch.snapshot)}
         catalog = {it.name: it for it in batch.snapshot.instance_types}
@@ -355,10 +401,13 @@ class _Analysis:
         for e in batch.existing:
             view = views.get(e.name)
             if view is not None and view.initialized and not view.inflight:
-                devices = published_devices(batch.snapshot.resource_slices, e.name, e.node.labels)
+                slices = tuple(batch.snapshot.resource_slices)
+                devices = published_devices(slices, e.name, e.node.labels)
             else:
-                devices = inventory_devices(catalog.get(e.node.labels.get(wk.INSTANCE_TYPE, "")), e.name)
-            existing_nodes.append(_node(devices, kinds, class_defs, held.devices, demands))
+                slices = inventory_slices(catalog.get(e.node.labels.get(wk.INSTANCE_TYPE, "")), e.name)
+                devices = published_devices(slices, e.name, {})
+            existing_nodes.append(_node(devices, kinds, class_defs, held.devices, demands, held.consumed,
+                                        counter_sets(slices, e.name)))
         analysis = cls(demands=demands, template_nodes=template_nodes, existing_nodes=existing_nodes)
         analysis._dimensions(kinds, classes)
         return analysis
@@ -372,11 +421,12 @@ class _Analysis:
         partial: set[str] = set()
         for node in nodes:
             seen: dict[Kind, frozenset[Kind]] = {}
-            for kind in exact:
+            dedicated = [k for k in exact if k not in node.shares]
+            for kind in dedicated:
                 own = node.candidates.get(kind, frozenset())
                 if not own:
                     continue
-                near = frozenset(k for k in exact if node.candidates.get(k, frozenset()) & own)
+                near = frozenset(k for k in dedicated if node.candidates.get(k, frozenset()) & own)
                 seen[kind] = near
                 pairs.setdefault((kind, near), None)
                 for other in near:
@@ -395,12 +445,55 @@ class _Analysis:
             self.counters.append(NodeCounter(
                 name=f"{DEVICES}:{n}:{kind.describe()}", uses=uses, new_capacity=unbounded, per_unit=True,
                 template_capacity=tuple(caps[:split]), existing_capacity=tuple(caps[split:])))
+        self._amounts(nodes, classes)
         if partial:
             shown = sorted(partial)
             self.strict.append("DRA devices: candidate sets overlap partially on some nodes ("
                                + "; ".join(shown[:3]) + (f" and {len(shown) - 3} more" if len(shown) > 3 else "")
                                + "): each kind's order-proof limit applies even where it is absent")
         self._whole(kinds, classes, nodes)
+
+    def _amounts(self, nodes: Sequence[_Node], classes: Sequence[PodClass]) -> None:
+        """Capacity of multi-allocatable devices and counters of partitionable ones, as dimensions: on a node,
+        Σ allocations × what each takes ≤ what is left (for shared devices: of the devices a kind may use,
+        less one allocation, plus one — a share fails only when every candidate has less than it needs).
+        One dimension per (resource, what each neighbouring kind takes) met on some node, unbounded
+        elsewhere."""
+        wanted: dict[Hashable, dict[int, Fraction]] = {}  # dimension → node index → capacity
+        weights: dict[Hashable, dict[Kind, Fraction]] = {}
+        for n, node in enumerate(nodes):
+            for kind, take in node.shares.items():
+                own = node.candidates.get(kind, frozenset())
+                if not own:
+                    continue
+                near = {k: node.shares[k] for k in node.shares if node.candidates.get(k, frozenset()) & own}
+                for name in take:
+                    weight = {k: t.get(name, Fraction(0)) for k, t in near.items()}
+                    key: Hashable = ("capacity", kind, name, _signature(weight))
+                    weights[key] = weight
+                    wanted.setdefault(key, {})[n] = node.room[kind][name]
+            if node.counters_left and node.draws:
+                for name, left in node.counters_left.items():
+                    weight = {k: d.get(name, Fraction(0)) for k, d in node.draws.items()}
+                    key = ("counter", name, _signature(weight))
+                    weights[key] = weight
+                    wanted.setdefault(key, {})[n] = left
+        split = len(self.template_nodes)
+        for j, (key, caps) in enumerate(wanted.items()):
+            weight = weights[key]
+            raw = {c: d.weighted(weight) for c, d in self.demands.items()}
+            raw = {c: u for c, u in raw.items() if u}
+            if not raw:
+                continue
+            scale = lcm(*(v.denominator for v in (*raw.values(), *caps.values())))
+            uses = {c: int(u * scale) for c, u in raw.items()}
+            unbounded = 1 + sum(classes[c].demand * u for c, u in uses.items())
+            per_node = [int(caps[n] * scale) if n in caps else unbounded for n in range(len(nodes))]
+            per_node = [max(v, 0) for v in per_node]
+            assert isinstance(key, tuple)
+            self.counters.append(NodeCounter(
+                name=f"{DEVICES}:{key[0]}:{j}:{key[-2]}", uses=uses, new_capacity=unbounded, per_unit=True,
+                template_capacity=tuple(per_node[:split]), existing_capacity=tuple(per_node[split:])))
 
     def _whole(self, kinds: Sequence[Kind], classes: Sequence[PodClass], nodes: Sequence[_Node]) -> None:
         """``All`` kinds: a node holds one All unit of the kind, or units whose kinds meet it, not both."""
@@ -447,6 +540,10 @@ class _Analysis:
         return ""
 
 
+def _signature(weight: Mapping[Kind, Fraction]) -> tuple[tuple[Kind, Fraction], ...]:
+    return tuple(sorted(weight.items(), key=lambda kv: _kind_order(kv[0])))
+
+
 def _kind_order(kind: Kind) -> tuple[str, tuple[str, ...], bool, bool, str]:
     return kind.device_class, kind.selectors, kind.all, kind.admin, repr(kind.request)
 
@@ -467,9 +564,73 @@ def _class_demand(pod_class: PodClass, index: ClaimIndex) -> _Demand:
     return demand
 
 
+def _shared(node: _Node, kind: Kind, devices: Sequence[NodeDevice], found: list[int],
+            consumed: Mapping[DeviceID, Mapping[str, Fraction]]) -> list[int]:
+    """Multi-allocatable candidates: what one allocation of ``kind`` takes (``model.allocator.share``: the
+    request rounded up by each device's policy — the largest over the devices, so every device is counted as
+    giving the most) and what the devices have left. Devices that cannot take one allocation are no
+    candidates. A mix with dedicated devices, devices with counters or capacity names that differ between
+    devices is not modelled."""
+    items = [devices[i].device for i in found]
+    if any(not d.allow_multiple_allocations or d.consumes_counters for d in items) or \
+            len({tuple(sorted(d.capacity)) for d in items}) > 1:
+        node.unsupported[kind] = "multi-allocatable devices mixed with other devices"
+        return found
+    keep: list[int] = []
+    take: dict[str, Fraction] = {}
+    for i in found:
+        already = consumed.get(devices[i].id, {})
+        got = share(kind.request.model_copy(update={"count": 1}), devices[i].device, already)
+        if got is None:
+            continue
+        keep.append(i)
+        for name, amount in got:
+            take[name] = max(take.get(name, Fraction(0)), amount)
+    node.shares[kind] = take
+    node.room[kind] = {name: sum((devices[i].device.capacity[name].amount
+                                  - Fraction(consumed.get(devices[i].id, {}).get(name, 0)) - amount for i in keep),
+                                 Fraction(0)) + amount for name, amount in take.items()}
+    return keep
+
+
+def _partitions(node: _Node, kind: Kind, devices: Sequence[NodeDevice], found: list[int],
+                in_use: frozenset[DeviceID], counter_sets: Mapping[tuple[str, str], Mapping[str, Fraction]]) -> None:
+    """Candidates that draw on a counter set (partitionable devices): modelled when every device of the node
+    that draws on counters draws on one set, whose counters then bound the node (what in-use devices draw
+    is gone)."""
+    sets = {(d.id.pool, use.counter_set) for d in devices for use in d.device.consumes_counters}
+    if len(sets) != 1:
+        node.unsupported[kind] = "partitionable devices drawing on several counter sets"
+        return
+    if not node.counters_left:
+        ((pool, name),) = sets
+        node.counters_left = _set_values(devices, in_use, counter_sets.get((pool, name), {}))
+    draws: dict[str, Fraction] = {}
+    for i in found:
+        for use in devices[i].device.consumes_counters:
+            for name, amount in use.amounts().items():
+                draws[name] = max(draws.get(name, Fraction(0)), amount)
+    node.draws[kind] = draws
+
+
+def _set_values(devices: Sequence[NodeDevice], in_use: frozenset[DeviceID],
+                values: Mapping[str, Fraction]) -> dict[str, Fraction]:
+    """A counter set's counters less what devices in use draw on it."""
+    left = dict(values)
+    for d in devices:
+        if d.id in in_use:
+            for use in d.device.consumes_counters:
+                for name, amount in use.amounts().items():
+                    left[name] = left.get(name, Fraction(0)) - amount
+    return left
+
+
 def _node(devices: Sequence[NodeDevice], kinds: Sequence[Kind], classes: Mapping[str, DeviceClass],
-          in_use: frozenset[DeviceID], demands: Mapping[int, _Demand]) -> _Node:
+          in_use: frozenset[DeviceID], demands: Mapping[int, _Demand],
+          consumed: Mapping[DeviceID, Mapping[str, Fraction]] | None = None,
+          sets: Mapping[tuple[str, str], Mapping[str, Fraction]] | None = None) -> _Node:
     node = _Node(devices=devices)
+    consumed = consumed or {}
     keys = [device_type(d.device) for d in devices]
     matched: dict[Kind, set[str]] = {}
     for demand in demands.values():
@@ -487,12 +648,11 @@ def _node(devices: Sequence[NodeDevice], kinds: Sequence[Kind], classes: Mapping
         except (SelectorEvalError, SelectorCompileError) as err:
             node.errors[kind] = str(err)
             continue
-        odd = [devices[i].device for i in found
-               if devices[i].device.allow_multiple_allocations or devices[i].device.consumes_counters]
-        if odd:
-            shared = odd[0].allow_multiple_allocations
-            node.unsupported[kind] = ("multi-allocatable devices (consumable capacity)" if shared
-                                      else "partitionable devices (shared counters)")
+        multi = [i for i in found if devices[i].device.allow_multiple_allocations]
+        if multi:
+            found = _shared(node, kind, devices, found, consumed)
+        elif any(devices[i].device.consumes_counters for i in found):
+            _partitions(node, kind, devices, found, in_use, sets or {})
         free = [i for i in found if devices[i].id not in in_use]
         if kind.all and len(free) < len(found):
             node.busy.add(kind)

@@ -308,3 +308,45 @@ def test_the_plan_gate_takes_out_what_the_verifier_rejects() -> None:
     outcome = gate(snapshot, _plan([("g-4x-t4x1", ["default/t-0", "default/t-1"])]))
     assert violations(snapshot, outcome.plan) == []
     assert "default/t-1" in {u.pod for u in outcome.plan.unschedulable}
+
+
+# --- partitionable devices (shared counters) and multi-allocatable devices (consumable capacity) ----------------
+
+def _only(instance_type: str) -> dict[str, Any]:
+    return nodepool("gpu", requirements=[{"key": "node.kubernetes.io/instance-type", "operator": "In",
+                                          "values": [instance_type]}])
+
+
+def _profile(profile: str) -> list[dict[str, Any]]:
+    """Partitions of one profile. The whole GPU has no ``profile`` attribute, and reading a missing attribute
+    is a CEL runtime error that aborts the pod's scheduling, so the selector checks the type first (``&&``
+    short-circuits)."""
+    return [{"cel": {"expression": f'device.attributes["{DRIVER}"].type == "mig" && '
+                                   f'device.attributes["{DRIVER}"].profile == "{profile}"'}}]
+
+
+def test_partitions_are_bounded_by_the_counters_they_draw_on() -> None:
+    """g-16x-a100x1-mig: one counter set (80Gi memory, 7 compute); 3g.40gb partitions draw 40Gi and 3, 1g.10gb
+    ones 10Gi and 1. Two 3g and one 1g need 90Gi: they cannot share one node; seven 1g fit one node."""
+    small = _template("small", _request(selectors=_profile("1g.10gb")))
+    large = _template("large", _request(selectors=_profile("3g.40gb")))
+    mixed = solve_verified(snapshot_of([_only("g-16x-a100x1-mig"), GPU_CLASS, small, large,
+                                        *_gpu_pods("big", 2, template="large"), *_gpu_pods("tiny", 1, template="small")],
+                                       catalog=CATALOG)).plan
+    assert not mixed.unschedulable and len(mixed.node_claims) == 2
+    packed = solve_verified(snapshot_of([_only("g-16x-a100x1-mig"), GPU_CLASS, small,
+                                         *_gpu_pods("tiny", 7, template="small", cpu="500m")], catalog=CATALOG)).plan
+    assert not packed.unschedulable and len(packed.node_claims) == 1
+
+
+def test_a_shared_device_holds_as_many_allocations_as_its_capacity() -> None:
+    """g-8x-a100x1-shared: one multi-allocatable device, 80Gi memory, requests rounded up to 5Gi steps from 5Gi,
+    10Gi when a request names none. Requests of 18Gi take 20Gi: four per device, so five pods need two nodes."""
+    request = {"name": "gpu", "exactly": {"deviceClassName": "gpu", "capacity": {"requests": {"memory": "18Gi"}}}}
+    plan = solve_verified(snapshot_of([_only("g-8x-a100x1-shared"), GPU_CLASS, _template("slice", request),
+                                       *_gpu_pods("s", 5, template="slice", cpu="500m")], catalog=CATALOG)).plan
+    assert not plan.unschedulable
+    assert sorted(len(c.pods) for c in plan.node_claims) == [1, 4]
+    default = solve_verified(snapshot_of([_only("g-8x-a100x1-shared"), GPU_CLASS, _template("one", _request()),
+                                          *_gpu_pods("d", 8, template="one", cpu="500m")], catalog=CATALOG)).plan
+    assert not default.unschedulable and len(default.node_claims) == 1  # 8 × the 10Gi default = 80Gi
