@@ -60,9 +60,10 @@ crds: $(STAMP)
 	$(BIN)/python -m controller.crds
 	cp deploy/crds/*.yaml deploy/chart/crds/
 
-## Benchmarks: prints a table (see README); BENCH_ARGS="--sizes 100,1000" to narrow.
+## Benchmarks: prints the tables (see README); BENCH_ARGS="--sizes 100,1000" / DRA_BENCH_ARGS="--sizes 100" to narrow.
 bench: $(STAMP)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+	$(BIN)/python -m bench.dra $(DRA_BENCH_ARGS)
 
 ## nodeplan vs its yardstick vs the real Karpenter scheduler (bench/karpenter, built if missing; not in `make test`).
 .PHONY: bench-karpenter
@@ -73,6 +74,11 @@ bench-karpenter: $(STAMP)
 ## Controller scale-out on the real control plane: 1,000 pending pods to all Running (Karpenter's perf bar).
 bench-controller: $(STAMP) control-plane
 	$(BIN)/python -m bench.controller_perf $(BENCH_ARGS)
+
+## Hostile-input fuzzing, long run: 600 random inputs per command (solve, verify, consolidate, diff; 2,400).
+.PHONY: fuzz
+fuzz: $(STAMP)
+	FUZZ_EXAMPLES=600 FUZZ_RANDOM=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/fuzz
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
