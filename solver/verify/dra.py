@@ -12,15 +12,16 @@ which the plan reports.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from model import labels as wk
 from model.allocator import AllocationError, DeviceResult, NodeDevices, allocate
-from model.devices import inventory_devices, published_devices
-from model.dra import MAX_RESERVED_FOR, ClaimIndex, ClaimSpec, allocated_state, gather_pools
+from model.devices import inventory_slices, published_devices
+from model.dra import MAX_RESERVED_FOR, AllocatedState, ClaimIndex, ClaimSpec, allocated_state, gather_pools
 from model.dracel import SelectorEvalError
 from model.inflight import node_views
+from model.instancetype import InstanceType
 from model.plan import DeviceAllocation, ProvisioningPlan
 from model.pod import Pod
 from model.snapshot import Snapshot
@@ -57,23 +58,24 @@ def allocations(ctx: Context) -> Allocations:
     allocated_here: dict[str, str] = {}  # shared claim → the node the plan allocates it on
     consumers: dict[str, int] = {}
     for state in nodes:
-        if state.claim is not None:
-            devices = inventory_devices(state.instance_type, state.name)
-            slices = state.instance_type.node_resource_slices(state.name) if state.instance_type else ()
-        else:
-            view = views.get(state.name)
-            if view is not None and view.initialized and not view.inflight:
-                slices = tuple(snapshot.resource_slices)
-                devices = published_devices(slices, state.name, state.labels)
-            else:
-                it = catalog.get(state.labels.get(wk.INSTANCE_TYPE, ""))
-                devices = inventory_devices(it, state.name)
-                slices = it.node_resource_slices(state.name) if it else ()
-        node = NodeDevices.of(devices, [p for p in gather_pools(slices) if p.usable], held.devices, held.consumed)
+        published = state.claim is None and (view := views.get(state.name)) is not None and view.initialized \
+            and not view.inflight
+        it = state.instance_type if state.claim is not None else catalog.get(state.labels.get(wk.INSTANCE_TYPE, ""))
+        node = node_devices(snapshot, state.name, state.labels, it, published, held)
         for pod in state.placed:
             if pod.resource_claims:
                 _pod(ctx, state, pod, index, node, allocated_here, consumers, out)
     return out
+
+
+def node_devices(snapshot: Snapshot, name: str, labels: Mapping[str, str], instance_type: InstanceType | None,
+                 published: bool, held: AllocatedState) -> NodeDevices:
+    """A node's devices as the allocator finds them, less what allocated claims hold: the slices an
+    initialized node published, else what its instance type's inventory publishes (a planned or in-flight
+    node; its own early slices are not counted twice)."""
+    slices = tuple(snapshot.resource_slices) if published else inventory_slices(instance_type, name)
+    devices = published_devices(slices, name, labels if published else {})
+    return NodeDevices.of(devices, [p for p in gather_pools(slices) if p.usable], held.devices, held.consumed)
 
 
 def _pod(ctx: Context, state: NodeState, pod: Pod, index: ClaimIndex, node: NodeDevices,

@@ -47,6 +47,7 @@ import numpy as np
 
 from model import labels as wk
 from model.affinity import HostPort, LabelSelector, PodAffinityTerm, TopologySpreadConstraint
+from model.allocator import DeviceResult
 from model.inflight import node_views
 from model.plan import ProvisioningPlan
 from model.pod import Pod
@@ -54,6 +55,7 @@ from model.requirements import Requirements
 from model.resources import Resources
 from model.snapshot import Snapshot
 from model.taints import Taint, Toleration, untolerated
+from solver.verify.replaydevices import DEVICES, DeviceFilter, DeviceState
 
 PLANNED = "planned"
 
@@ -316,9 +318,11 @@ class _State:
     free: np.ndarray
     ports: list[list[HostPort]]
     tallies: list[_Tally]
+    devices: DeviceState | None = None
 
     def copy(self) -> _State:
-        return _State(self.free.copy(), [list(p) for p in self.ports], [t.copy() for t in self.tallies])
+        return _State(self.free.copy(), [list(p) for p in self.ports], [t.copy() for t in self.tallies],
+                      self.devices.copy() if self.devices is not None else None)
 
 
 def _labels_key(pod: Pod) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -371,6 +375,12 @@ class _Replay:
                                for layout, kind in zip(self.layouts, self.tally_kinds, strict=True)])
         for (node, pod), shape in zip(residents, resident_shapes, strict=True):
             self._bind(self.initial, shape, node, spread=not pod.deleting)  # terminating pods: no spread count
+        self.devices: DeviceFilter | None = None
+        if any(p.resource_claims for p in self.pods):
+            catalog = {it.name: it for it in snapshot.instance_types}
+            self.devices = DeviceFilter(snapshot, [n.name for n in self.nodes], self.labels,
+                                        {c.name: catalog.get(c.instance_type) for c in plan.node_claims}, self.pods)
+            self.initial.devices = self.devices.initial
 
     # compile ---------------------------------------------------------------------------------------------
 
@@ -579,16 +589,31 @@ class _Replay:
             mask &= state.tallies[t].counts[self.layouts[t].slots] == 0
         return mask
 
-    def _place(self, state: _State, shape_id: int, planned: int) -> tuple[int, str | None]:
-        """The node the pod binds to (-1: none) and why its planned node refused it (None: it did not)."""
-        shape = self.shapes[shape_id]
+    def _place(self, state: _State, p: int) -> tuple[int, str | None]:
+        """The node pod ``p`` binds to (-1: none) and why its planned node refused it (None: it did not)."""
+        shape, planned = self.shapes[self.shape_of[p]], self.planned[p]
         reason = self._refusal(state, shape, planned) if planned >= 0 else MISSING
         if reason is None:
-            return planned, None
+            if self._devices(state, p, planned) is not None:
+                return planned, None
+            reason = DEVICES
         for node in np.flatnonzero(self._accepting(state, shape)):
-            if not shape.ports or not any(p.conflicts(q) for p in shape.ports for q in state.ports[node]):
+            if (not shape.ports or not any(p.conflicts(q) for p in shape.ports for q in state.ports[node])) and \
+                    self._devices(state, p, int(node)) is not None:
                 return int(node), reason
         return -1, reason
+
+    def _devices(self, state: _State, p: int, node: int) -> list[DeviceResult] | None:
+        """DynamicResources: the devices the pod's claims get on ``node`` ([] without claims; None: refused)."""
+        if self.devices is None or state.devices is None or not self.devices.involved(p):
+            return []
+        return self.devices.allocate(state.devices, p, node)
+
+    def _bind_pod(self, state: _State, p: int, node: int) -> None:
+        if self.devices is not None and state.devices is not None and self.devices.involved(p):
+            results = self.devices.allocate(state.devices, p, node) or []
+            self.devices.take(state.devices, p, node, results)
+        self._bind(state, self.shape_of[p], node)
 
     def run(self, name: str, order: Sequence[int]) -> OrderOutcome:
         state = self.initial.copy()
@@ -597,7 +622,7 @@ class _Replay:
         refused: Counter[str] = Counter()
         moved = 0
         for p in order:
-            node, reason = self._place(state, self.shape_of[p], self.planned[p])
+            node, reason = self._place(state, p)
             if reason is not None:
                 refused[reason] += 1
             if node < 0:
@@ -605,15 +630,15 @@ class _Replay:
                 stranded_by[self.pods[p].key] = reason or "?"
                 continue
             moved += node != self.planned[p]
-            self._bind(state, self.shape_of[p], node)
+            self._bind_pod(state, p, node)
         waiting = list(stranded)  # the scheduler retries unschedulable pods as pods bind, until none can
         progress = True
         while waiting and progress:
             progress = False
             for p in list(waiting):
-                node, _ = self._place(state, self.shape_of[p], self.planned[p])
+                node, _ = self._place(state, p)
                 if node >= 0:
-                    self._bind(state, self.shape_of[p], node)
+                    self._bind_pod(state, p, node)
                     waiting.remove(p)
                     progress = True
         return OrderOutcome(name, tuple(self.pods[p].key for p in stranded),

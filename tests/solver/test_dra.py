@@ -330,8 +330,8 @@ def test_partitions_are_bounded_by_the_counters_they_draw_on() -> None:
     ones 10Gi and 1. Two 3g and one 1g need 90Gi: they cannot share one node; seven 1g fit one node."""
     small = _template("small", _request(selectors=_profile("1g.10gb")))
     large = _template("large", _request(selectors=_profile("3g.40gb")))
-    mixed = solve_verified(snapshot_of([_only("g-16x-a100x1-mig"), GPU_CLASS, small, large,
-                                        *_gpu_pods("big", 2, template="large"), *_gpu_pods("tiny", 1, template="small")],
+    pods = [*_gpu_pods("big", 2, template="large"), *_gpu_pods("tiny", 1, template="small")]
+    mixed = solve_verified(snapshot_of([_only("g-16x-a100x1-mig"), GPU_CLASS, small, large, *pods],
                                        catalog=CATALOG)).plan
     assert not mixed.unschedulable and len(mixed.node_claims) == 2
     packed = solve_verified(snapshot_of([_only("g-16x-a100x1-mig"), GPU_CLASS, small,
@@ -350,3 +350,30 @@ def test_a_shared_device_holds_as_many_allocations_as_its_capacity() -> None:
     default = solve_verified(snapshot_of([_only("g-8x-a100x1-shared"), GPU_CLASS, _template("one", _request()),
                                           *_gpu_pods("d", 8, template="one", cpu="500m")], catalog=CATALOG)).plan
     assert not default.unschedulable and len(default.node_claims) == 1  # 8 × the 10Gi default = 80Gi
+
+
+# --- order: the kube-scheduler allocates first fit, pod after pod -----------------------------------------------
+
+def _index_selector(index: int) -> list[dict[str, Any]]:
+    return [{"cel": {"expression": f'device.attributes["{DRIVER}"].index == {index}'}}]
+
+
+def test_overlapping_requests_are_planned_so_that_any_bind_order_allocates() -> None:
+    """On g-16x-a100x2, 'any GPU' may take gpu-0 or gpu-1, 'gpu-0' only gpu-0. Both on one node hold only if the
+    gpu-0 pod binds first (the allocator gives the other pod the first free device, gpu-0): the plan must not
+    depend on that, and says its model is stricter than Kubernetes there."""
+    from solver.verify.replay import replay
+    pool = _only("g-16x-a100x2")
+    objects = [pool, GPU_CLASS, _template("any", _request()),
+               _template("zero", _request(selectors=_index_selector(0))),
+               *_gpu_pods("any", 1, template="any"), *_gpu_pods("zero", 1, template="zero")]
+    snapshot = snapshot_of(objects, catalog=CATALOG)
+    plan = solve_verified(snapshot).plan
+    assert not plan.unschedulable and len(plan.node_claims) == 2
+    assert any("overlap partially" in note for note in plan.solver.conservative)
+    assert replay(snapshot, plan, orders=20).ok
+    # the same two pods on one node: valid in the plan's order, stranded when the 'any' pod binds first
+    together = _plan([("g-16x-a100x2", ["default/zero-0", "default/any-0"])])
+    assert [v for v in violations(snapshot, together) if v.rule == "DRA resource claims"] == []
+    report = replay(snapshot, together, orders=20)
+    assert not report.ok and report.by_rule.get("DynamicResources", 0) > 0
