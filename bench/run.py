@@ -29,6 +29,7 @@ from bench.diverse import diverse_objects, karpenter_benchmark_catalog
 from bench.hostaffinity import hostname_affinity_objects
 from bench.scenarios import catalogs, generic_objects
 from bench.workloads import as_list
+from model.plan import ProvisioningPlan
 from model.snapshot import Snapshot, load_snapshot
 from solver.provision import SolveOptions, SolveResult, solve
 from solver.verify import verify
@@ -95,6 +96,53 @@ def run_host_affinity(catalog_name: str, pods: int, time_limit: float, seed: int
     """Hostname self-affinity beside generic pods (``bench/hostaffinity.py``)."""
     return _run_mix("hostname-affinity", hostname_affinity_objects(pods, seed), catalog_name, pods, time_limit,
                     workdir)
+
+
+SCALE_COLUMNS = ("scenario", "catalog", "pods", "time limit s", "wall s", "status", "nodes", "cost $/h", "greedy $/h",
+                 "bound $/h", "plan/bound", "plan/greedy", "peak GiB", "verifier")
+#: the time limit of the scale rows (issue 12's target: 100,000 generic pods in 30 s)
+SCALE_TIME_LIMIT = 30.0
+
+
+def run_scale(spec: str, seed: int, workdir: Path, time_limit: float = SCALE_TIME_LIMIT) -> list[str]:
+    """One ``mix:pods`` batch on Karpenter's 400-type catalog, solved by ``nodeplan solve`` as its own process
+    (wall around the whole process, peak memory its maximum resident set from ``getrusage``), then verified."""
+    import json
+    import resource
+    import subprocess
+
+    from bench.diverse import karpenter_generic_objects
+    from providers.catalog_file import load_catalog
+
+    mix, pods = spec.split(":")
+    objects = (karpenter_generic_objects if mix == "generic" else diverse_objects)(int(pods), seed)
+    path, catalog_path, plan_path = (workdir / f"scale-{mix}-{pods}.json", workdir / "karpenter-400.json",
+                                     workdir / f"scale-{mix}-{pods}-plan.json")
+    path.write_text(json.dumps(as_list(objects)))
+    catalog_path.write_text(json.dumps({"apiVersion": "nodeplan.io/v1alpha1", "kind": "InstanceCatalog",
+                                        "metadata": {"name": "karpenter-400"}, "instanceTypes": [
+                                            realkarpenter.catalog_item(it) for it in karpenter_benchmark_catalog()]}))
+    del objects
+    command = [str(Path(sys.executable).with_name("nodeplan")), "solve", str(path), "--catalog", str(catalog_path),
+               "--time-limit", f"{time_limit:g}", "--format", "json", "-o", str(plan_path), "-q"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    started = time.monotonic()
+    done = subprocess.run(command, check=False, capture_output=True, text=True)
+    wall = time.monotonic() - started
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB on Linux; the largest child so far
+    if done.returncode not in (0, 1):
+        return [mix, "karpenter-400", pods, f"{time_limit:g}", f"{wall:.1f}", f"exit {done.returncode}", *["-"] * 7,
+                done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"]
+    plan = ProvisioningPlan.model_validate_json(plan_path.read_text())
+    snapshot = load_snapshot(path).with_catalog(load_catalog(catalog_path))
+    violations = verify(snapshot, plan)
+    cost = plan.cost
+    return [mix, "karpenter-400", pods, f"{time_limit:g}", f"{wall:.1f}", plan.solver.status,
+            str(len(plan.node_claims)), f"{cost.total:.3f}", f"{cost.greedy or 0:.3f}", f"{cost.lower_bound:.3f}",
+            f"{cost.total / cost.lower_bound:.4f}" if cost.lower_bound else "n/a",
+            f"{cost.total / cost.greedy:.4f}" if cost.greedy else "n/a",
+            f"{peak / 2**20:.2f}" + ("" if peak > before else " (≤ an earlier row)"),
+            "ok" if not violations else f"{len(violations)} violations"]
 
 
 #: issue 3's targets: 5,000 diverse pods in 10 s, 20,000 in 30 s
@@ -200,6 +248,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--karpenter-other-seed-sizes", default="20000")
     parser.add_argument("--karpenter-timeout", type=float, default=0.0,
                         help="bound Karpenter's Solve() in seconds (0: none, as its benchmark)")
+    parser.add_argument("--scale-sizes", default="",
+                        help="mix:pods batches solved as their own nodeplan process with peak memory, e.g. "
+                             "generic:50000,generic:100000,diverse:50000 (default: none)")
+    parser.add_argument("--scale-time-limit", type=float, default=SCALE_TIME_LIMIT)
     args = parser.parse_args(argv)
     REPLAY_ORDERS = args.replay_orders
     if args.karpenter:
@@ -228,6 +280,11 @@ def main(argv: list[str] | None = None) -> int:
                 for size in (int(s) for s in args.small_sizes.split(",")):
                     seeds = range(1, args.small_seeds + 1)
                     failed |= _emit(run_small(catalog_name, size, seeds, args.time_limit, Path(tmp)))
+        if args.scale_sizes:
+            print()
+            _table(SCALE_COLUMNS)
+            for spec in args.scale_sizes.split(","):
+                failed |= _emit(run_scale(spec, args.seed, Path(tmp), args.scale_time_limit))
         if args.consolidation_sizes:
             print()
             _table(consolidation.COLUMNS)

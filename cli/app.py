@@ -19,6 +19,7 @@ import yaml
 from pydantic import ValidationError
 from rich.console import Console
 
+from cli import command_started
 from cli.capture import snapshot_cmd
 from cli.catalog import app as catalog_app
 from cli.diff import diff_cmd, solve_progress
@@ -129,7 +130,7 @@ def solve_cmd(
 
     Example: nodeplan solve fixtures/snapshots/example.yaml --compare greedy -o plan.json
     """
-    started = time.monotonic()
+    started = command_started()  # the process start: imports and loading count against --time-limit
     try:
         snap = _load(snapshot, catalog, quiet=quiet)
     except InputError as err:

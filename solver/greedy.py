@@ -140,8 +140,9 @@ class GreedyScheduler:
                 total = claim.requests + size
                 narrowed = self._narrow(claim, c, total, prefer)
                 if len(narrowed):
+                    changed = len(narrowed) != len(claim.candidates)
                     claim.candidates, claim.requests = narrowed, total
-                    self._record(i, claim, pods)
+                    self._record(i, claim, pods, changed)
                     return True
                 if not prefer and not self.p.template_ok[c, claim.candidates].any():
                     claim.refuses.add(c)
@@ -152,7 +153,9 @@ class GreedyScheduler:
         self._record(n, new_claim, pods)
         return True
 
-    def _record(self, i: int, claim: _Claim, pods: list[Pod]) -> None:
+    def _record(self, i: int, claim: _Claim, pods: list[Pod], candidates_changed: bool = True) -> None:
+        """Book ``pods`` onto claim ``i``; its ceiling and zone only move when its candidates narrowed
+        (narrowing only drops candidates, so an unchanged count is an unchanged set)."""
         if i >= len(self.used):
             grow = max(64, len(self.used))
             self.used = np.vstack([self.used, np.zeros((grow, self.used.shape[1]), np.int64)])
@@ -162,6 +165,8 @@ class GreedyScheduler:
         claim.pods.extend(pods)
         self.npods[i] = len(claim.pods)
         self.used[i] = claim.requests
+        if not candidates_changed:
+            return
         self.ceiling[i] = self.p.template_alloc[claim.candidates].max(axis=0)
         zones = np.unique(self.template_zone[claim.candidates])
         self.claim_zone[i] = int(zones[0]) if len(zones) == 1 else -1

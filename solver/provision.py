@@ -45,6 +45,7 @@ from solver.dive import dive
 from solver.explain import explain
 from solver.gate import gate
 from solver.greedy import finish_greedily, greedy_placement
+from solver.lns import construct, improve
 from solver.master import solve_master
 from solver.merge import merge_classes
 from solver.patterns import Pattern
@@ -62,6 +63,17 @@ RESERVE_PER_POD = 1e-4
 FINISH_SHARE = 0.25
 #: above this many pattern × class pairs the pattern master is not built (20,000 diverse pods: 2.8 M)
 MASTER_MAX_TERMS = 1_000_000
+#: share of the time left after greedy the pattern construction (the first improvement) may use
+CONSTRUCT_SHARE = 0.15
+#: share of the time limit the construction may use even when loading, compiling and greedy used it all
+CONSTRUCT_FLOOR = 0.03
+#: column generation is not started with less than this many seconds left (LNS uses them instead)
+MIN_COLGEN_SECONDS = 1.5
+#: share of a cut-short dive's time kept for the large-neighbourhood search when no master follows
+LNS_SHARE = 0.2
+#: the bound over exact families only (conservative models) recompiles the batch: about this share of
+#: the first compile, held back from the deadline (measured 0.5 at 5,000 diverse pods)
+RELAXED_BOUND_SHARE = 0.6
 
 
 
@@ -273,12 +285,50 @@ class _Run:
             self.demand = placeable_demand(self.problem, self.bins)
         self.stats.bins = len(self.bins)
 
+    def first_improvement(self) -> None:
+        """Pattern construction (``solver.lns.construct``): a plan better than greedy's within a small share
+        of the time, before column generation; what it has not placed when its share ends, greedy places."""
+        with self.stats.stage("construct"):
+            now = time.monotonic()
+            # even with the time spent, a short floor: the construction is what beats Karpenter's answer
+            budget = max(max(self.deadline - now, 0.0) * CONSTRUCT_SHARE, CONSTRUCT_FLOOR * self.options.time_limit)
+            chosen = construct(self.bins, self.problem.sizes, self.demand, self.limits, now + budget)
+            placement = decode(self.problem, self.bins, chosen)
+            left = len(placement.unschedulable) - _unplaceable_pods(self.problem, self.demand)
+            if left > 0:
+                # greedy places the rest only when there is time for it (its cost scales with the pods)
+                share = left / max(sum(len(c.pods) for c in self.problem.classes), 1)
+                if self.time_left() < 1.5 * share * self.stats.greedy_seconds:
+                    self.stats.notes.append("pattern construction: cut short, no time to finish it")
+                    return
+                placement = shrink(self.problem, finish_greedily(self.problem, placement))
+            if self.offer(placement, "construct"):
+                self.warm = self.placement
+
+    def search(self) -> None:
+        """Large-neighbourhood search over the best plan with whatever time is left (``solver.lns.improve``):
+        what a stage cut short by the time limit hands over to."""
+        meets_bound = self.pure_cost and self.all_placeable_scheduled \
+            and self.placement.cost_micros(self.problem) <= self.bound + 0.5
+        if self.proven or meets_bound or self.time_left() <= 0.3:
+            return
+        with self.stats.stage("lns"):
+            incumbent = _patterns_of(self.problem, self.bins, self.placement)
+            # building each re-pack model and decoding the result come on top of CP-SAT's own time
+            result = improve(self.bins, self.problem.sizes, incumbent, self.limits, self.deadline - 0.2,
+                             seed=self.options.seed, deterministic=self.options.deterministic)
+            if result.improved:
+                self.offer(decode(self.problem, self.bins, result.chosen), "lns")
+        self.stats.notes.append(f"large-neighbourhood search: {result.improved} of {result.iterations} "
+                                "neighbourhoods improved")
+
     def cheap_bound(self) -> None:
-        """Only time for the greedy plan: the resource-share dual bound stands in."""
-        self.stats.notes.append("time limit reached after greedy; the greedy plan is returned")
+        """No time for column generation: the resource-share dual bound stands in."""
+        self.stats.notes.append("time limit reached before column generation")
         if self.pure_cost and self.all_placeable_scheduled:
             with self.stats.stage("bound"):
-                self.bound = share_bound(self.bins, self.problem.sizes, self.demand)
+                self.bound = share_bound(self.bins, self.problem.sizes, self.demand,
+                                         max(self.deadline, time.monotonic() + 0.1))
             self.stats.bound_method = "resource-share dual bound"
 
     def column_generation(self) -> None:
@@ -364,7 +414,7 @@ class _Run:
             stats.notes.append("no CP-SAT plan beat greedy; the greedy plan is returned")
         cost = placement.cost_micros(self.problem)
         if self.cg is None:
-            status = "GREEDY"
+            status = "GREEDY" if self.best is None else "FEASIBLE"
         else:
             meets_bound = self.pure_cost and self.all_placeable_scheduled and cost <= self.bound + 0.5
             status = "OPTIMAL" if self.proven or meets_bound else ("GREEDY" if self.best is None else "FEASIBLE")
@@ -390,12 +440,18 @@ class _Run:
             if status == "OPTIMAL":
                 status, stats.optimality = "FEASIBLE", "conservative model"
             left_out = {p.key for p in placement.unschedulable}
-            with stats.stage("relaxed bound"):
-                relaxed = relaxed_bound(self.problem.snapshot, {
-                    p.key for p in self.problem.snapshot.pending_pods() if p.key not in left_out},
-                    self.problem.conservative_by)
-            stats.bound_method = ("lower bound on a relaxation without the families stricter than Kubernetes ("
-                                  + ", ".join(sorted(self.problem.conservative_by)) + ")")
+            # recompiling the batch takes about this long: past the limit, no bound rather than a late one
+            if time.monotonic() + RELAXED_BOUND_SHARE * stats.stages.get("compile", 0.0) \
+                    > self.deadline + RELAXED_BOUND_SHARE * stats.stages.get("compile", 0.0) * 1.2:
+                stats.notes.append("no time left for a bound over the exact families: none is reported")
+                stats.bound_method, relaxed = "none (time limit)", 0.0
+            else:
+                with stats.stage("relaxed bound"):
+                    relaxed = relaxed_bound(self.problem.snapshot, {
+                        p.key for p in self.problem.snapshot.pending_pods() if p.key not in left_out},
+                        self.problem.conservative_by)
+                stats.bound_method = ("lower bound on a relaxation without the families stricter than "
+                                      "Kubernetes (" + ", ".join(sorted(self.problem.conservative_by)) + ")")
             reported, stats.lp_bound = min(reported, relaxed), None
         elif status == "OPTIMAL":
             stats.optimality = "kubernetes"
@@ -422,13 +478,17 @@ def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResul
         return _result(problem, greedy, greedy, 0.0, "EMPTY", started, options, stats)
     run = _Run(problem=problem, options=options, started=started, deadline=deadline, stats=stats, greedy=greedy)
     run.prepare()
-    if run.time_left() <= 0:  # anytime: compiling and greedy used the time up
+    if problem.conservative:  # certify's bound over exact families recompiles the batch: keep time for it
+        run.deadline -= min(RELAXED_BOUND_SHARE * stats.stages["compile"], 0.2 * options.time_limit)
+    run.first_improvement()
+    if run.time_left() <= MIN_COLGEN_SECONDS:  # anytime: loading, compiling and greedy used most of the time
         run.cheap_bound()
     else:
         run.column_generation()
         run.dive()
         run.proof()
         run.master()
+    run.search()
     status, bound = run.certify()
     return _result(problem, run.placement, greedy, bound, status, started, options, stats)
 
@@ -455,7 +515,7 @@ def _dive(problem: Problem, bins: list[Bin], cg: ColumnGenerationResult, demand:
     started = time.monotonic()
     # keep time for finishing greedily; without a master to follow (too large to build in time) the dive
     # may use everything else
-    share = 0.5 if _master_fits(problem, cg) else 1.0
+    share = 0.5 if _master_fits(problem, cg) else 1.0 - LNS_SHARE
     budget = started + max((deadline - started - FINISH_SHARE * stats.greedy_seconds) * share, 0.2)
     chosen = dive(cg.master, bins, problem.sizes, demand, limits, budget, seed=options.seed,
                   workers=options.workers, deterministic=options.deterministic)

@@ -149,4 +149,4 @@ def test_progress_reports_cost_and_bound_in_dollars(example_snapshot: Snapshot) 
     assert [stage for stage, _, _ in seen][:2] == ["column generation", "dive"]
     assert all(bound <= cost + 1e-9 for _, cost, bound in seen)
     assert seen[-1][1] >= result.plan.cost.total - 1e-5  # progress never claims a plan better than the result
-    assert seen[0][1] == result.plan.cost.greedy or abs(seen[0][1] - (result.plan.cost.greedy or 0)) < 1e-5
+    assert seen[0][1] <= (result.plan.cost.greedy or 0) + 1e-5  # the first report is greedy's plan or better

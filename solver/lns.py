@@ -1,0 +1,237 @@
+"""Anytime improvement without column generation: a pattern construction and large-neighbourhood search.
+
+On a busy machine loading, compiling and Karpenter's greedy can use most of the time limit, and column
+generation then never reaches a plan. Two cheap stages keep the answer better than greedy's:
+
+* ``construct`` — sequential pattern construction: each step fills a short list of bins with the
+  remaining pods by value density (a pod's value is its resource-share price, the dual prices of
+  ``solver.bound``), takes the bin whose fill costs least per unit of value, and repeats that pattern as
+  often as the remaining demand allows. One pass over the classes, not the pods: milliseconds at 20,000
+  pods.
+* ``improve`` — large-neighbourhood search over an incumbent given as patterns: destroy a few new nodes
+  (the worst filled, or a random few), re-pack their pods exactly with the compact slot model
+  (``solver.compact``) over the destroyed nodes' bins and the best few others, and keep the result only
+  when it is strictly cheaper. Existing nodes are never destroyed; NodePool limits are what the kept
+  nodes leave.
+
+Both work on the compiled matrices (capacities include the per-node counters and admission is
+``Bin.compatible``), so every plan they return is a plan of the same model the other stages solve.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from solver.bins import Bin
+from solver.compact import solve_compact
+from solver.patterns import Pattern, copies_matrix, greedy_pricing
+
+#: bins whose fill ``construct`` tries at each step (the cheapest per unit of value first)
+SHORTLIST = 6
+#: node counts a neighbourhood destroys, tried in turn
+NEIGHBOURHOODS = (4, 8, 12, 6)
+#: CP-SAT seconds one re-pack may take at most
+REPACK_SECONDS = 1.0
+
+
+def class_values(bins: list[Bin], sizes: np.ndarray) -> np.ndarray:
+    """A price per class unit: the cheapest bin's cost times the largest share of its capacity the unit
+    takes (what a node full of such pods charges each). Classes no bin holds get 0."""
+    if not bins:
+        return np.zeros(len(sizes))
+    capacity = np.array([b.capacity for b in bins], dtype=float)
+    costs = np.array([float(b.cost) for b in bins])
+    holds = (copies_matrix(capacity.astype(np.int64), sizes) > 0) & np.array([b.compatible for b in bins]).T
+    share = np.zeros((len(sizes), len(bins)))
+    for r in range(sizes.shape[1]):  # axis by axis: (classes × bins) at a time, not × axes
+        with np.errstate(divide="ignore", invalid="ignore"):
+            part = np.nan_to_num(sizes[:, r][:, None] / capacity[None, :, r], nan=0.0, posinf=np.inf)
+        np.maximum(share, part, out=share)
+    priced = np.where(holds, costs[None, :] * share, np.inf)
+    best = priced.min(axis=1) if priced.shape[1] else np.full(len(sizes), np.inf)
+    return np.where(np.isfinite(best), best, 0.0)
+
+
+def _limit_room(bins: list[Bin], limits: dict[tuple[int, str], int], b: Bin, room: dict[tuple[int, str], int]
+                ) -> int:
+    """How many more nodes of ``b`` the NodePool limits leave room for (``room`` is what is left)."""
+    most = 1 << 30
+    for (pool, name), _ in limits.items():
+        use = b.limit_use.get(name, 0)
+        if b.pool_index == pool and use > 0:
+            most = min(most, max(room[pool, name], 0) // use)
+    return most
+
+
+def construct(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, limits: dict[tuple[int, str], int],
+              deadline: float) -> dict[Pattern, int]:
+    """Patterns covering as much of ``demand`` as the time allows (the caller places what is left, as a
+    cut-short dive's rest is placed: ``greedy.finish_greedily``)."""
+    remaining = demand.astype(np.int64).copy()
+    values = class_values(bins, sizes)
+    room = dict(limits)
+    existing_left = {b.index: int(b.count or 0) for b in bins if b.existing}
+    capacity = np.array([b.capacity for b in bins], dtype=float) if bins else np.zeros((0, sizes.shape[1]))
+    costs = np.array([float(b.cost) for b in bins])
+    compatible = np.array([b.compatible for b in bins], dtype=bool).reshape(len(bins), len(demand))
+    fit = copies_matrix(capacity.astype(np.int64), sizes).T * compatible
+    chosen: dict[Pattern, int] = {}
+    while remaining.any():
+        if time.monotonic() > deadline:
+            return chosen
+        live = remaining > 0
+        order = _estimate(capacity, costs, compatible, sizes, values, remaining, fit)
+        free_existing = [i for i in order if bins[i].existing and existing_left[i] > 0]
+        shortlist = free_existing[:SHORTLIST] + [i for i in order if not bins[i].existing][:SHORTLIST]
+        best: tuple[float, int, np.ndarray] | None = None
+        for i in shortlist:
+            b = bins[i]
+            if not b.existing and _limit_room(bins, limits, b, room) <= 0:
+                continue
+            counts = greedy_pricing(b, sizes, np.where(live, values, 0.0), remaining)
+            value = float(values @ counts)
+            if value <= 0:
+                continue
+            score = (b.cost / value, i)
+            if best is None or score < (best[0], best[1]):
+                best = (score[0], i, counts)
+            if b.existing:
+                break  # free capacity first, the way every other stage uses it
+        if best is None:
+            return chosen
+        _, i, counts = best
+        b = bins[i]
+        used = counts > 0
+        copies = int(np.min(remaining[used] // counts[used]))
+        copies = max(copies, 1)
+        if b.existing:
+            copies = min(copies, existing_left[i])
+            existing_left[i] -= copies
+        else:
+            copies = min(copies, _limit_room(bins, limits, b, room))
+            for (pool, name) in room:
+                if b.pool_index == pool:
+                    room[pool, name] -= copies * b.limit_use.get(name, 0)
+        take = np.minimum(counts * copies, remaining)
+        # the last copy may be partly empty: record the copies as they are filled
+        full = int(np.min(remaining[used] // counts[used])) if used.any() else 0
+        if full >= copies:
+            pattern = Pattern(i, tuple(counts.tolist()))
+            chosen[pattern] = chosen.get(pattern, 0) + copies
+        else:
+            left = remaining.copy()
+            for _ in range(copies):
+                part = np.minimum(counts, left)
+                left -= part
+                pattern = Pattern(i, tuple(part.tolist()))
+                chosen[pattern] = chosen.get(pattern, 0) + 1
+        remaining -= take
+    return chosen
+
+
+@dataclass
+class SearchResult:
+    chosen: dict[Pattern, int]
+    improved: int
+    iterations: int
+
+
+def improve(bins: list[Bin], sizes: np.ndarray, incumbent: dict[Pattern, int], limits: dict[tuple[int, str], int],
+            deadline: float, *, seed: int, max_iterations: int | None = None, deterministic: bool = True
+            ) -> SearchResult:
+    """Destroy-and-repack over ``incumbent``'s new nodes until ``deadline`` (or ``max_iterations``); the
+    result is never dearer than the incumbent and schedules exactly the same units."""
+    rng = random.Random(seed)
+    fixed = {p: n for p, n in incumbent.items() if bins[p.bin].existing}
+    nodes = [p for p, n in sorted(incumbent.items(), key=lambda kv: (kv[0].bin, kv[0].counts))
+             if not bins[p.bin].existing for _ in range(n)]
+    values = class_values(bins, sizes)
+    new_bins = [b for b in bins if not b.existing]
+    improved = iterations = failures = 0
+    while nodes and (max_iterations is None or iterations < max_iterations):
+        left = deadline - time.monotonic()
+        if left <= 0.05:
+            break
+        k = min(NEIGHBOURHOODS[iterations % len(NEIGHBOURHOODS)], len(nodes))
+        iterations += 1
+        if iterations % 2:  # the worst-filled nodes (cost per unit of value), ties broken at random
+            waste = [(bins[p.bin].cost / max(float(values @ p.array()), 1e-9), rng.random(), i)
+                     for i, p in enumerate(nodes)]
+            start = rng.randrange(max(1, min(len(nodes) - k + 1, 3)))
+            picked = [i for _, _, i in sorted(waste, reverse=True)[start:start + k]]
+        else:
+            picked = rng.sample(range(len(nodes)), k)
+        destroyed = [nodes[i] for i in picked]
+        freed = np.sum([p.array() for p in destroyed], axis=0)
+        old_cost = sum(bins[p.bin].cost for p in destroyed)
+        kept = [p for i, p in enumerate(nodes) if i not in set(picked)]
+        room = dict(limits)
+        for p in kept:
+            for (pool, name) in room:
+                if bins[p.bin].pool_index == pool:
+                    room[pool, name] -= bins[p.bin].limit_use.get(name, 0)
+        slots: dict[int, int] = {}
+        for p in destroyed:
+            slots[p.bin] = slots.get(p.bin, 0) + 1
+        ranked = _ranked_bins(new_bins, sizes, values, freed)
+        for b in ranked[:4]:
+            slots[b] = max(slots.get(b, 0), min(k, 2))
+        hint: dict[Pattern, int] = {}
+        for p in destroyed:
+            hint[p] = hint.get(p, 0) + 1
+        result = solve_compact(bins, sizes, freed, room, slots, time_limit=min(REPACK_SECONDS, 0.5 * left),
+                               seed=seed + iterations, workers=1, deterministic=deterministic, cost_below=old_cost,
+                               hint=hint)
+        if result.chosen is None or result.cost is None or result.cost >= old_cost:
+            failures += 1
+            if len(nodes) <= max(NEIGHBOURHOODS) and failures >= 2 * len(NEIGHBOURHOODS):
+                break  # the neighbourhoods already span the whole plan: nothing left to find
+            continue
+        failures = 0
+        improved += 1
+        nodes = kept + [p for p, n in sorted(result.chosen.items(), key=lambda kv: (kv[0].bin, kv[0].counts))
+                        for _ in range(n)]
+    chosen = dict(fixed)
+    for p in nodes:
+        chosen[p] = chosen.get(p, 0) + 1
+    return SearchResult(chosen=chosen, improved=improved, iterations=iterations)
+
+
+def _ranked_bins(bins: list[Bin], sizes: np.ndarray, values: np.ndarray, demand: np.ndarray) -> list[int]:
+    """New bins by cost per unit of the value they could hold of ``demand`` (best first): a vectorised
+    estimate over every bin, then exact density fills on the best ``SHORTLIST``."""
+    if not bins:
+        return []
+    capacity = np.array([b.capacity for b in bins], dtype=float)
+    costs = np.array([float(b.cost) for b in bins])
+    compatible = np.array([b.compatible for b in bins], dtype=bool).reshape(len(bins), len(demand))
+    order = [bins[i].index for i in _estimate(capacity, costs, compatible, sizes, values, demand)[:SHORTLIST]]
+    by_index = {b.index: b for b in bins}
+    out = []
+    for i in order:
+        counts = greedy_pricing(by_index[i], sizes, np.where(demand > 0, values, 0.0), demand)
+        value = float(values @ counts)
+        if value > 0:
+            out.append((by_index[i].cost / value, i))
+    out.sort()
+    return [i for _, i in out]
+
+
+def _estimate(capacity: np.ndarray, costs: np.ndarray, compatible: np.ndarray, sizes: np.ndarray,
+              values: np.ndarray, demand: np.ndarray, fit: np.ndarray | None = None) -> list[int]:
+    """Positions of the bins that can hold some of ``demand``, cheapest per unit of the most valuable
+    single class they could hold (a cheap proxy for a full fill)."""
+    live = demand > 0
+    held = (copies_matrix(capacity.astype(np.int64), sizes[live]).T * compatible[:, live] if fit is None
+            else fit[:, live])
+    worth = np.minimum(held, demand[live][None, :]).astype(float) @ values[live]
+    ratio = np.where(worth > 0, costs / np.maximum(worth, 1e-12), np.inf)
+    cheap = [i for i in np.argsort(ratio, kind="stable").tolist() if np.isfinite(ratio[i])]
+    # the proxy favours bins just big enough for everything; the largest bins pack best: take both
+    large = [i for i in np.argsort(-costs, kind="stable").tolist() if worth[i] > 0]
+    half = SHORTLIST // 2
+    return list(dict.fromkeys(cheap[:half] + large[:half] + cheap[half:]))
