@@ -80,6 +80,11 @@ bench-controller: $(STAMP) control-plane
 fuzz: $(STAMP)
 	FUZZ_EXAMPLES=600 FUZZ_RANDOM=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/fuzz
 
+## Hostile-input fuzzing, long run: 600 random inputs per command (solve, verify, consolidate, diff; 2,400).
+.PHONY: fuzz
+fuzz: $(STAMP)
+	FUZZ_EXAMPLES=600 FUZZ_RANDOM=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/fuzz
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy model solver providers controller cli reports

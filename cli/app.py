@@ -25,6 +25,7 @@ from cli.catalog import app as catalog_app
 from cli.diff import diff_cmd, solve_progress
 from cli.run import crds_cmd, run_cmd
 from cli.settings import COMMAND as RUN_COMMAND
+from cli.shadow_report import shadow_report_cmd
 from model.disruption import DisruptionPlan
 from model.durations import parse_time
 from model.errors import InputError
@@ -34,6 +35,7 @@ from model.plan import ProvisioningPlan
 from model.snapshot import Snapshot, read_documents
 from providers.catalog_file import load_catalog
 from providers.kwok import kwok_catalog
+from reports.atomic import check_writable, interruptible, write_atomic
 from reports.html import render_html
 from reports.terminal import render_disruption, render_plan
 from solver.disruption.consolidate import ConsolidateOptions
@@ -63,6 +65,7 @@ def _global_options(
                                           help="Print the version and source commit, then exit.")] = False,
 ) -> None:
     """Kubernetes node provisioning decided by an exact CP-SAT model."""
+    interruptible()  # SIGINT/SIGTERM: one line, exit 130/143, no partial output file
 
 
 class OutputFormat(StrEnum):
@@ -94,7 +97,7 @@ def _load(snapshot: Path, catalog: Path | None, *, quiet: bool = False) -> Snaps
 def _write(data: dict[str, Any], fmt: OutputFormat, output: Path | None) -> None:
     text = yaml.safe_dump(data, sort_keys=False) if fmt is OutputFormat.yaml else json.dumps(data, indent=2) + "\n"
     if output:
-        output.write_text(text)
+        write_atomic(output, text)
     else:
         sys.stdout.write(text)
 
@@ -132,6 +135,8 @@ def solve_cmd(
     """
     started = command_started()  # the process start: imports and loading count against --time-limit
     try:
+        check_writable(output, "--output")
+        check_writable(report, "--report")
         snap = _load(snapshot, catalog, quiet=quiet)
     except InputError as err:
         raise _fail_input(err) from None
@@ -142,7 +147,7 @@ def solve_cmd(
                                           preference_price=preference_price, on_progress=progress))
     data = result.plan.to_json_dict()
     if report:
-        report.write_text(render_html(result.plan, snap, title=f"nodeplan plan: {snapshot.name}"), encoding="utf-8")
+        write_atomic(report, render_html(result.plan, snap, title=f"nodeplan plan: {snapshot.name}"))
     if output and fmt is OutputFormat.table:
         _write(data, OutputFormat.json, output)
     if fmt is OutputFormat.table:
@@ -198,6 +203,7 @@ def consolidate_cmd(
     """
     started = time.monotonic()
     try:
+        check_writable(output, "--output")
         snap = _load(snapshot, catalog, quiet=quiet)
         result = consolidate(snap, ConsolidateOptions(time_limit=time_limit, now=_now(now), seed=seed,
                                                       eviction_price=eviction_price, spot_to_spot=spot_to_spot,
@@ -278,6 +284,7 @@ app.add_typer(catalog_app, name="catalog")
 app.command("snapshot")(snapshot_cmd)
 app.command("run", **RUN_COMMAND)(run_cmd)
 app.command("crds")(crds_cmd)
+app.command("shadow-report")(shadow_report_cmd)
 
 # typer names commands after functions; keep the user-facing name "solve"
 app.registered_commands[0].name = "solve"

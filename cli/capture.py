@@ -41,36 +41,11 @@ class CapturedKind:
 
 
 def kinds(api: Any) -> list[CapturedKind]:
-    """What a snapshot holds, as kubernetes-client list calls on ``api`` (a ``kubernetes.client.ApiClient``)."""
-    from kubernetes import client
+    """What a snapshot holds — every kind the controller reads (``controller.kinds.READ``) — as
+    kubernetes-client list calls on ``api`` (a ``kubernetes.client.ApiClient``)."""
+    from controller.kinds import READ
 
-    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
-    policy, storage, custom = client.PolicyV1Api(api), client.StorageV1Api(api), client.CustomObjectsApi(api)
-    dra = client.ResourceV1Api(api)
-
-    def karpenter(plural: str) -> Lister:
-        def lister(**kwargs: Any) -> Any:
-            return custom.list_cluster_custom_object("karpenter.sh", "v1", plural, **kwargs)
-        return lister
-
-    return [
-        CapturedKind("Namespace", "v1", core.list_namespace),
-        CapturedKind("NodePool", "karpenter.sh/v1", karpenter("nodepools")),
-        CapturedKind("NodeClaim", "karpenter.sh/v1", karpenter("nodeclaims")),
-        CapturedKind("Node", "v1", core.list_node),
-        CapturedKind("DaemonSet", "apps/v1", apps.list_daemon_set_for_all_namespaces),
-        CapturedKind("PodDisruptionBudget", "policy/v1", policy.list_pod_disruption_budget_for_all_namespaces),
-        CapturedKind("StorageClass", "storage.k8s.io/v1", storage.list_storage_class),
-        CapturedKind("CSINode", "storage.k8s.io/v1", storage.list_csi_node),
-        CapturedKind("PersistentVolume", "v1", core.list_persistent_volume),
-        CapturedKind("PersistentVolumeClaim", "v1", core.list_persistent_volume_claim_for_all_namespaces),
-        CapturedKind("DeviceClass", "resource.k8s.io/v1", dra.list_device_class),
-        CapturedKind("ResourceClaim", "resource.k8s.io/v1", dra.list_resource_claim_for_all_namespaces),
-        CapturedKind("ResourceClaimTemplate", "resource.k8s.io/v1",
-                     dra.list_resource_claim_template_for_all_namespaces),
-        CapturedKind("ResourceSlice", "resource.k8s.io/v1", dra.list_resource_slice),
-        CapturedKind("Pod", "v1", core.list_pod_for_all_namespaces),
-    ]
+    return [CapturedKind(k.kind, k.api_version, k.lister(api)) for k in READ]
 
 
 def _scrub_pod_spec(spec: Any) -> None:

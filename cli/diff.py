@@ -22,6 +22,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from model.errors import InputError
 from providers.catalog_file import load_catalog
 from providers.kwok import kwok_catalog
+from reports.atomic import atomic_handle, check_writable, write_atomic
 from reports.diff import Catalog, SideError, SideName, compute_diff, gate_failures, load_side
 from reports.diff_render import render_diff_markdown, render_diff_terminal
 from solver.provision import SolveOptions
@@ -125,6 +126,7 @@ def diff_cmd(
     Example: nodeplan diff main/ pr/ --format markdown -o diff.md --fail-on-unschedulable --max-cost-increase 10
     """
     try:
+        check_writable(output, "--output")
         shared = _catalog(catalog)
         base_cat = _catalog(base_catalog, "base") if base_catalog else shared
         head_cat = _catalog(head_catalog, "head") if head_catalog else shared
@@ -156,12 +158,12 @@ def diff_cmd(
         text = ""
     if fmt is DiffFormat.terminal:
         if output:
-            with output.open("w", encoding="utf-8") as handle:
+            with atomic_handle(output) as handle:
                 render_diff_terminal(diff, Console(file=handle, width=width or 120, color_system=None))
         else:
             render_diff_terminal(diff, Console(width=width if width else (None if sys.stdout.isatty() else 120)))
     elif output:
-        output.write_text(text, encoding="utf-8")
+        write_atomic(output, text)
     else:
         sys.stdout.write(text)
     if failures:

@@ -16,8 +16,10 @@ from urllib3.exceptions import HTTPError
 from cli.settings import NO_GATES, Duration, FeatureGates, LogLevel, envvars
 from controller import crds, permissions
 from controller.disruption import DisruptionOptions
+from controller.nodepool_status import parse_nodepool_selector
 from controller.provisioner import ProvisionerOptions
 from controller.run import Controller, ControllerOptions, api_client, configure_logging, in_cluster, own_namespace
+from controller.shadow import ShadowOptions
 from model.errors import InputError
 from providers.catalog_file import load_catalog
 from providers.kwok import kwok_catalog
@@ -31,17 +33,19 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def preflight(api: client.ApiClient, namespace: str, leader_elect: bool) -> None:
-    """Every permission the controller uses, checked before anything starts: one line and exit 2 otherwise."""
+def preflight(api: client.ApiClient, namespace: str, leader_elect: bool, *, shadow: bool = False) -> None:
+    """Every permission the controller uses (shadow mode: the read-only ones), checked before anything starts:
+    one line and exit 2 otherwise."""
     try:
-        missing = permissions.check(api, namespace, leases=leader_elect)
+        missing = permissions.check(api, namespace, permissions.required(shadow), leases=leader_elect)
     except client.ApiException as err:
         raise _fail(f"the API server refused the permission check: HTTP {err.status} {err.reason}") from None
     except (HTTPError, OSError) as err:
         detail = str(getattr(err, "reason", None) or err).rsplit(": ", 1)[-1].strip("()'\" ")
         raise _fail(f"cannot reach the API server at {api.configuration.host}: {detail}") from None
     if missing:
-        raise _fail(str(permissions.MissingPermissions(missing)))
+        raise _fail(str(permissions.MissingPermissions(
+            missing, "deploy/shadow.yaml" if shadow else "deploy/controller.yaml")))
 
 
 def run_cmd(
@@ -106,6 +110,20 @@ def run_cmd(
         "nodeplan implements; the others are accepted and ignored).")] = NO_GATES,
     log_level: Annotated[LogLevel, typer.Option("--log-level", envvar=envvars("log_level"), case_sensitive=False,
                                                 help="debug, info, warning or error.")] = LogLevel.info,
+    shadow: Annotated[bool, typer.Option("--shadow", help="Shadow mode: decide as nodeplan would beside the "
+                                         "provisioner that acts and compare, write nothing to the cluster "
+                                         "(read-only RBAC, deploy/shadow.yaml; no leader election).")] = False,
+    shadow_record: Annotated[Path | None, typer.Option("--shadow-record", help="Append every shadow comparison "
+                                                       "to this JSON-lines file (read by nodeplan "
+                                                       "shadow-report).")] = None,
+    shadow_settle_timeout: Annotated[float, typer.Option(
+        "--shadow-settle-timeout", parser=Duration(1.0), metavar="DURATION", show_default="10m",
+        help="Compare a shadow batch after this long even if not all its pods are bound (the unbound ones "
+        "count as left pending by the other provisioner).")] = 600.0,
+    nodepool_selector: Annotated[str | None, typer.Option(
+        "--nodepool-selector", metavar="SELECTOR", help="Label selector (kubectl -l syntax) of the NodePools "
+        "this nodeplan provisions and consolidates; the others' nodes are existing capacity (default: every "
+        "NodePool).")] = None,
 ) -> None:
     """Run the provisioning controller until SIGINT / SIGTERM (JSON logs on stderr).
 
@@ -119,6 +137,12 @@ def run_cmd(
     """
     if batch_max < batch_idle:
         raise _fail("--batch-max must be at least --batch-idle")
+    try:
+        selector = parse_nodepool_selector(nodepool_selector) if nodepool_selector is not None else None
+    except InputError as err:
+        raise _fail(str(err)) from None
+    if shadow and leader_elect:
+        raise _fail("--shadow writes nothing, and leader election writes a Lease: drop --leader-elect")
     for gate in feature_gates.ignored():
         typer.echo(f"warning: feature gate {gate} has no effect in nodeplan", err=True)
     spot = spot_to_spot if spot_to_spot is not None else feature_gates.enabled("SpotToSpotConsolidation")
@@ -130,9 +154,12 @@ def run_cmd(
         api = api_client(str(kubeconfig) if kubeconfig else None)
     except (config.ConfigException, OSError, ValueError) as err:
         raise _fail(f"unusable kubeconfig: {err}") from None
-    elect = leader_elect if leader_elect is not None else (kubeconfig is None and in_cluster())
+    elect = False if shadow else leader_elect if leader_elect is not None else (kubeconfig is None and in_cluster())
     namespace = leader_election_namespace or own_namespace()
-    preflight(api, namespace, elect)
+    if shadow:
+        preflight(api, namespace, elect, shadow=True)
+    else:
+        preflight(api, namespace, elect)
     configure_logging(log_level)
     options = ControllerOptions(batch_idle=batch_idle, batch_max=batch_max, provisioner=ProvisionerOptions(
         solve_time_limit=solve_time_limit, bind_grace=bind_grace, workers=solver_workers,
@@ -140,7 +167,12 @@ def run_cmd(
         health_port=health_port, bind_address=bind_address, leader_elect=elect, lease_namespace=namespace,
         lease_name=leader_election_name, disruption=DisruptionOptions(
             enabled=consolidation, interval=consolidation_interval, time_limit=consolidation_time_limit,
-            validation_wait=consolidation_validation_wait, workers=solver_workers, spot_to_spot=spot))
+            validation_wait=consolidation_validation_wait, workers=solver_workers, spot_to_spot=spot),
+        shadow=shadow, shadow_options=ShadowOptions(
+            record=shadow_record, settle_timeout=shadow_settle_timeout,
+            consolidation_interval=consolidation_interval if consolidation else 0.0,
+            consolidation_time_limit=consolidation_time_limit, workers=solver_workers, spot_to_spot=spot),
+        nodepool_selector=selector)
     controller = Controller(api, options, instance_types)
     stop = threading.Event()
 

@@ -20,6 +20,8 @@ from typing import Any
 
 from kubernetes import client
 
+from controller.kinds import READ
+
 log = logging.getLogger(__name__)
 
 Lister = Callable[..., Any]
@@ -202,33 +204,12 @@ def _describe(err: Exception) -> str:
 
 
 def resources(api: client.ApiClient) -> dict[str, Resource]:
-    """The resources the provisioner reads, keyed by kind."""
-    core, apps, custom = client.CoreV1Api(api), client.AppsV1Api(api), client.CustomObjectsApi(api)
-    dra = client.ResourceV1Api(api)
-
-    def crd_lister(plural: str) -> Lister:
-        def lister(**kwargs: Any) -> Any:
-            return custom.list_cluster_custom_object("karpenter.sh", "v1", plural, **kwargs)
-        return lister
-
-    return {
-        "Pod": Resource("Pod", "v1", core.list_pod_for_all_namespaces),
-        "Node": Resource("Node", "v1", core.list_node),
-        "DaemonSet": Resource("DaemonSet", "apps/v1", apps.list_daemon_set_for_all_namespaces),
-        "NodePool": Resource("NodePool", "karpenter.sh/v1", crd_lister("nodepools")),
-        "NodeClaim": Resource("NodeClaim", "karpenter.sh/v1", crd_lister("nodeclaims")),
-        # DRA (``solver.rules.dra``): what pods' claims ask for and what nodes publish
-        "DeviceClass": Resource("DeviceClass", DRA_VERSION, dra.list_device_class),
-        "ResourceClaim": Resource("ResourceClaim", DRA_VERSION, dra.list_resource_claim_for_all_namespaces),
-        "ResourceClaimTemplate": Resource("ResourceClaimTemplate", DRA_VERSION,
-                                          dra.list_resource_claim_template_for_all_namespaces),
-        "ResourceSlice": Resource("ResourceSlice", DRA_VERSION, dra.list_resource_slice),
-    }
+    """The resources the controller reads, keyed by kind: every row of ``controller.kinds.READ``."""
+    return {k.kind: Resource(k.kind, k.api_version, k.lister(api)) for k in READ}
 
 
-DRA_VERSION = "resource.k8s.io/v1"
-#: the DRA kinds the cache watches, in the order the snapshot lists them
-DRA_KINDS = ("DeviceClass", "ResourceClaim", "ResourceClaimTemplate", "ResourceSlice")
+#: the DRA kinds the cache watches, in the table's order
+DRA_KINDS = tuple(k.kind for k in READ if k.group == "resource.k8s.io")
 
 
 class ClusterCache:
@@ -274,3 +255,36 @@ class ClusterCache:
     def upsert(self, kind: str, obj: Object) -> None:
         self.informers[kind].upsert(obj)
         self._notify(kind)
+
+
+class FilteredCache(ClusterCache):
+    """A view of ``cache`` without the objects ``keep(kind, obj)`` rejects: the parts of the controller that
+    write (lifecycle, termination, garbage collection, consolidation) see only the NodeClaims of the NodePools
+    they own (``--nodepool-selector``), so another provisioner's claims are never launched, drained or deleted."""
+
+    def __init__(self, cache: ClusterCache, keep: Callable[[str, Object], bool]) -> None:  # the inner cache informs
+        self._inner = cache
+        self._keep = keep
+        self.informers = cache.informers
+
+    @property
+    def generation(self) -> int:
+        return self._inner.generation
+
+    def wait_for_change(self, generation: int, timeout: float) -> int:
+        return self._inner.wait_for_change(generation, timeout)
+
+    def start(self) -> None:
+        self._inner.start()
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self._inner.wait_synced(timeout)
+
+    def stop(self) -> None:
+        self._inner.stop()
+
+    def items(self, kind: str) -> list[Object]:
+        return [obj for obj in self._inner.items(kind) if self._keep(kind, obj)]
+
+    def upsert(self, kind: str, obj: Object) -> None:
+        self._inner.upsert(kind, obj)

@@ -31,7 +31,7 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from controller.batch import is_bound, is_daemon_or_static, is_terminal, pod_key
-from controller.cache import ClusterCache, Resource
+from controller.cache import ClusterCache
 from controller.conditions import conditions_of, is_true
 from controller.events import EventRecorder
 from controller.metrics import Metrics
@@ -146,12 +146,6 @@ class KubeWriter:
 
 def _is_disrupted(taint: Mapping[str, Any]) -> bool:
     return taint.get("key") == wk.DISRUPTED_TAINT and taint.get("effect") == "NoSchedule"
-
-
-def pdb_resource(api: client.ApiClient) -> Resource:
-    """PodDisruptionBudgets for the cache: consolidation plans within their allowances."""
-    policy = client.PolicyV1Api(api)
-    return Resource("PodDisruptionBudget", "policy/v1", policy.list_pod_disruption_budget_for_all_namespaces)
 
 
 # -- metrics ----------------------------------------------------------------------------------------------

@@ -197,6 +197,21 @@ class Metrics:
         self.build_info = Gauge(f"{OWN}build_info", "Always 1; the running build's version and source commit",
                                 ["version", "commit"], registry=r)
         self.build_info.labels(build_version(), build_commit()).set(1)
+        # shadow mode (controller.shadow): nodeplan's decision next to the other provisioner's, per batch
+        self.shadow_batches = Counter(f"{OWN}shadow_batches", "Batches compared in shadow mode, by how they "
+                                      "settled (bound: every pod bound; timeout)", ["settled"], registry=r)
+        self.shadow_cost = Gauge(f"{OWN}shadow_cost_dollars_per_hour", "Hourly price of the new nodes each decider "
+                                 "launched (karpenter) or would launch (nodeplan) for the last compared batch",
+                                 ["decider"], registry=r)
+        self.shadow_cost_sum = Counter(f"{OWN}shadow_batch_cost_dollars_per_hour", "Sum over compared batches of "
+                                       "the hourly price of each decider's new nodes", ["decider"], registry=r)
+        self.shadow_pending = Gauge(f"{OWN}shadow_pending_pods", "Pods of the last compared batch each decider "
+                                    "left pending", ["decider"], registry=r)
+        self.shadow_pending_sum = Counter(f"{OWN}shadow_left_pending_pods", "Pods each decider left pending, over "
+                                          "every compared batch", ["decider"], registry=r)
+        self.shadow_consolidation_cost = Gauge(f"{OWN}shadow_consolidation_cost_dollars_per_hour", "Cluster $/h "
+                                               "now (karpenter) and after nodeplan's consolidation decision "
+                                               "(nodeplan)", ["decider"], registry=r)
         for gauge in (self.queue_depth, self.unschedulable):
             gauge.labels(CONTROLLER).set(0)
         if cache is not None:

@@ -6,12 +6,20 @@ that contradicts a requirement). The provisioner skips such a pool and keeps ser
 condition tells its owner why (``kubectl get nodepool -o yaml``) instead of a warning only in our logs.
 ``resources`` sums the capacity of the pool's NodeClaims (launched ones report it), ``nodes`` counts them,
 as Karpenter's status does. The status subresource is patched only when something changed.
+
+Ownership (``nodeplan run --nodepool-selector``): nodeplan provisions, consolidates and writes the status of the
+NodePools ``Ownership`` selects only; the others (Karpenter's, beside it) are never written and their nodes are
+existing capacity. A selected NodePool whose ``nodeClassRef`` no configured provider serves (an
+``EC2NodeClass`` under the KWOK provider) is skipped too, with ``NodeClassReady=False`` naming the class —
+launching a node of the wrong cloud for it would be worse than launching none.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -20,16 +28,101 @@ from kubernetes import client
 from controller.cache import ClusterCache
 from controller.events import EventRecorder
 from model import labels as wk
+from model.affinity import LabelSelector
 from model.errors import InputError
 from model.quantity import format_quantity
+from model.requirements import Requirement
 from model.resources import Resources
 from model.snapshot import parse_objects
+from providers.protocol import NodeClassKind
 
 log = logging.getLogger(__name__)
 
 GROUP, VERSION, PLURAL = "karpenter.sh", "v1", "nodepools"
 VALIDATION = "ValidationSucceeded"
-OWNED = (VALIDATION, "Ready")
+NODECLASS_READY = "NodeClassReady"
+OWNED = (VALIDATION, NODECLASS_READY, "Ready")
+
+
+def parse_nodepool_selector(text: str) -> LabelSelector:
+    """A label selector string as ``kubectl get -l`` takes it (``a=b,c!=d,e in (x,y),f notin (z),g,!h``)."""
+    expressions: list[Requirement] = []
+    for term in _split_terms(text):
+        match = _SET_TERM.fullmatch(term)
+        if match:
+            key, op, values = match["key"], match["op"].lower(), [v.strip() for v in match["values"].split(",")]
+            raw = {"key": key, "operator": "In" if op == "in" else "NotIn", "values": [v for v in values if v]}
+        elif term.startswith("!"):
+            raw = {"key": term[1:].strip(), "operator": "DoesNotExist"}
+        elif "!=" in term:
+            key, _, value = term.partition("!=")
+            raw = {"key": key.strip(), "operator": "NotIn", "values": [value.strip()]}
+        elif "=" in term:
+            key, _, value = term.replace("==", "=", 1).partition("=")
+            raw = {"key": key.strip(), "operator": "In", "values": [value.strip()]}
+        else:
+            raw = {"key": term, "operator": "Exists"}
+        try:
+            expressions.append(Requirement.parse(raw, allowed=frozenset({"In", "NotIn", "Exists", "DoesNotExist"})))
+        except InputError as err:
+            raise InputError(f"{term!r}: {err.message}", field="--nodepool-selector") from None
+    return LabelSelector(match_expressions=tuple(expressions))
+
+
+_SET_TERM = re.compile(r"(?P<key>[^\s!=(),]+)\s+(?P<op>in|notin)\s*\((?P<values>[^()]*)\)", re.IGNORECASE)
+
+
+def _split_terms(text: str) -> list[str]:
+    """Commas separate terms except inside ``( )``."""
+    terms, depth, current = [], 0, ""
+    for char in text:
+        depth += char == "("
+        depth -= char == ")"
+        if char == "," and depth == 0:
+            terms.append(current.strip())
+            current = ""
+        else:
+            current += char
+    terms.append(current.strip())
+    return [t for t in terms if t]
+
+
+def node_class_ref(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (((raw.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}
+
+
+@dataclass(frozen=True)
+class Ownership:
+    """Which NodePools this nodeplan manages: those ``selector`` selects (None: every one) whose node class one
+    of ``node_classes`` (the providers' ``supported_node_classes()``; None: any) is."""
+
+    selector: LabelSelector | None = None
+    node_classes: tuple[NodeClassKind, ...] | None = None
+
+    def selects(self, raw: Mapping[str, Any]) -> bool:
+        labels = (raw.get("metadata") or {}).get("labels") or {}
+        return self.selector is None or self.selector.matches(labels)
+
+    def unserved_class(self, raw: Mapping[str, Any]) -> str | None:
+        """``EC2NodeClass.karpenter.k8s.aws/default`` when no configured provider serves the pool's class."""
+        ref = node_class_ref(raw)
+        if self.node_classes is None or not ref:
+            return None
+        if any(c.group == ref.get("group") and c.kind == ref.get("kind") for c in self.node_classes):
+            return None
+        return f"{ref.get('kind')}.{ref.get('group')}/{ref.get('name')}"
+
+    def owns(self, raw: Mapping[str, Any]) -> bool:
+        return self.selects(raw) and self.unserved_class(raw) is None
+
+    def owned_pools(self, pools: Iterable[Mapping[str, Any]]) -> set[str]:
+        return {str((p.get("metadata") or {}).get("name")) for p in pools if self.owns(p)}
+
+    def served(self) -> str:
+        return ", ".join(f"{c.kind}.{c.group}" for c in self.node_classes or ()) or "none"
+
+
+EVERY_NODEPOOL = Ownership()
 
 
 def validation_error(raw: Mapping[str, Any]) -> str | None:
@@ -59,13 +152,20 @@ def _capacity(claims: Iterable[Mapping[str, Any]], pool: str) -> tuple[Resources
     return total, count
 
 
-def desired_status(raw: Mapping[str, Any], claims: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+def desired_status(raw: Mapping[str, Any], claims: Iterable[Mapping[str, Any]],
+                   ownership: Ownership = EVERY_NODEPOOL) -> dict[str, Any]:
     """The status this controller owns for one NodePool; other writers' conditions are kept."""
     meta = raw.get("metadata") or {}
     current = raw.get("status") or {}
     error = validation_error(raw)
+    unserved = ownership.unserved_class(raw)
+    nodeclass = (("False", "NodeClassNotSupported", f"nodeClassRef {unserved} is served by no configured provider "
+                  f"(served: {ownership.served()}); no node is launched for this NodePool")
+                 if unserved else ("True", NODECLASS_READY, ""))
+    ready = (("False", "NodePoolValidationFailed", error) if error is not None
+             else (nodeclass if unserved else ("True", "Ready", "")))
     ours = {VALIDATION: ("True", VALIDATION, "") if error is None else ("False", "NodePoolValidationFailed", error),
-            "Ready": ("True", "Ready", "") if error is None else ("False", "NodePoolValidationFailed", error)}
+            NODECLASS_READY: nodeclass, "Ready": ready}
     conditions = []
     for cond in current.get("conditions") or []:
         if cond.get("type") not in OWNED:
@@ -97,20 +197,33 @@ def _same(current: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
 
 
 class NodePoolStatusWriter:
-    def __init__(self, api: client.ApiClient, cache: ClusterCache, events: EventRecorder | None = None) -> None:
+    def __init__(self, api: client.ApiClient, cache: ClusterCache, events: EventRecorder | None = None,
+                 ownership: Ownership = EVERY_NODEPOOL) -> None:
         self._custom = client.CustomObjectsApi(api)
         self._cache = cache
         self._events = events
+        self._ownership = ownership
         self.invalid: dict[str, str] = {}
+        #: selected NodePools skipped because no provider serves their node class: name → the class
+        self.unserved: dict[str, str] = {}
 
     def reconcile(self) -> int:
         """Bring every NodePool's status up to date; returns how many were patched."""
         claims = [c for c in self._cache.items("NodeClaim") if not (c.get("metadata") or {}).get("deletionTimestamp")]
         writes = 0
         invalid: dict[str, str] = {}
+        unserved: dict[str, str] = {}
         for raw in self._cache.items("NodePool"):
+            if not self._ownership.selects(raw):
+                continue  # another provisioner's NodePool: not ours to write
             name = str((raw.get("metadata") or {}).get("name"))
-            desired = desired_status(raw, claims)
+            desired = desired_status(raw, claims, self._ownership)
+            node_class = self._ownership.unserved_class(raw)
+            if node_class is not None:
+                unserved[name] = node_class
+                if self.unserved.get(name) != node_class:
+                    log.warning("NodePool %s skipped: no configured provider serves its nodeClassRef %s", name,
+                                node_class)
             validation = next(c for c in desired["conditions"] if c["type"] == VALIDATION)
             if validation["status"] == "False":
                 invalid[name] = validation["message"]
@@ -136,4 +249,5 @@ class NodePoolStatusWriter:
             if self.invalid.get(name) != message:
                 log.warning("NodePool %s is invalid and ignored: %s", name, message)
         self.invalid = invalid
+        self.unserved = unserved
         return writes

@@ -4,7 +4,9 @@
 resource) whether the running identity may do each of them, and ``tests/unit/test_operations.py`` checks that
 ``deploy/controller.yaml`` grants exactly this table, no more. A missing permission would otherwise surface as
 a 403 deep inside a watch loop that retries forever; checking first turns it into one line and exit code 2.
-Add a row here when code starts calling a new verb, and the same rule to deploy/controller.yaml.
+Add a row here when code starts calling a new verb, and the same rule to deploy/controller.yaml. The read rows
+(``READS``) come from the table of kinds (``controller.kinds``); they are also all shadow mode needs
+(``required(shadow=True)``, granted by deploy/shadow.yaml and the chart with ``settings.shadow``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
+
+from controller.kinds import READ
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,8 @@ class Permission:
     why: str
     subresource: str = ""
     namespaced: bool = False
+    #: shadow mode (``nodeplan run --shadow``, ``deploy/shadow.yaml``) needs it too: reads only
+    shadow: bool = False
 
     @property
     def rbac_resource(self) -> str:
@@ -40,18 +46,16 @@ class Permission:
         return f"{verb} {name}/{self.subresource}" if self.subresource else f"{verb} {name}"
 
 
+#: get/list/watch of every kind the watch cache reads (``controller.kinds.READ``): all shadow mode needs
+READS: tuple[Permission, ...] = tuple(
+    Permission(k.group, k.resource, ("get", "list", "watch"), f"cache: {k.why}", shadow=True) for k in READ)
+
 REQUIRED: tuple[Permission, ...] = (
-    Permission("", "pods", ("get", "list", "watch"), "cache: pending and bound pods"),
+    *READS,
     Permission("", "pods", ("delete",), "drain: delete pods past the NodeClaim's terminationGracePeriod"),
     Permission("", "pods", ("patch",), "provisioner: annotate pods planned onto a running node (scheduler retry)"),
     Permission("", "pods", ("create",), "drain: evict pods through the Eviction API", subresource="eviction"),
-    Permission("", "nodes", ("get", "list", "watch"), "cache: existing capacity"),
-    Permission("apps", "daemonsets", ("get", "list", "watch"), "cache: DaemonSet overhead on new nodes"),
-    Permission("policy", "poddisruptionbudgets", ("get", "list", "watch"),
-               "cache: consolidation plans within PodDisruptionBudget allowances"),
-    Permission("karpenter.sh", "nodepools", ("get", "list", "watch"), "cache: NodePools"),
-    Permission("karpenter.sh", "nodeclaims", ("get", "list", "watch", "create"),
-               "cache; provisioner creates one per planned node"),
+    Permission("karpenter.sh", "nodeclaims", ("create",), "provisioner creates one per planned node"),
     Permission("karpenter.sh", "nodeclaims", ("patch", "delete"),
                "provisioner: pods joining an in-flight claim; termination: finalizer, claims of deleted Nodes"),
     Permission("karpenter.sh", "nodeclaims", ("patch",), "lifecycle: Launched / Registered / Initialized",
@@ -60,17 +64,17 @@ REQUIRED: tuple[Permission, ...] = (
                subresource="status"),
     Permission("", "pods", ("patch",), "lifecycle: nominate pods to their planned node", subresource="status"),
     Permission("", "nodes", ("create", "patch", "delete"), "KWOK provider: launch, register, remove Nodes"),
-    Permission("resource.k8s.io", "deviceclasses", ("get", "list", "watch"), "cache: DRA device classes"),
-    Permission("resource.k8s.io", "resourceclaims", ("get", "list", "watch"), "cache: pods' DRA claims"),
-    Permission("resource.k8s.io", "resourceclaimtemplates", ("get", "list", "watch"),
-               "cache: DRA claim templates (claims not generated yet)"),
-    Permission("resource.k8s.io", "resourceslices", ("get", "list", "watch"), "cache: devices nodes publish"),
     Permission("resource.k8s.io", "resourceslices", ("create",),
                "KWOK provider: publish a new node's devices (it plays the DRA driver)"),
     Permission("", "events", ("create", "patch"), "Events on pods, NodeClaims and NodePools"),
     Permission("coordination.k8s.io", "leases", ("get", "create", "update"), "leader election",
                namespaced=True),
 )
+
+
+def required(shadow: bool = False) -> tuple[Permission, ...]:
+    """The rows the controller needs: all of ``REQUIRED``, or in shadow mode the read-only ones."""
+    return tuple(p for p in REQUIRED if p.shadow) if shadow else REQUIRED
 
 
 @dataclass(frozen=True)
@@ -87,11 +91,11 @@ class Missing:
 class MissingPermissions(Exception):
     """The running identity lacks some of ``REQUIRED``; ``str()`` is the one line the CLI prints."""
 
-    def __init__(self, missing: Sequence[Missing]) -> None:
+    def __init__(self, missing: Sequence[Missing], manifest: str = "deploy/controller.yaml") -> None:
         self.missing = list(missing)
         noun = "permission" if len(self.missing) == 1 else "permissions"
         super().__init__(f"missing RBAC {noun}: {', '.join(str(m) for m in self.missing)} "
-                         "(grant them as deploy/controller.yaml does)")
+                         f"(grant them as {manifest} does)")
 
 
 

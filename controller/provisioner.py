@@ -31,7 +31,8 @@ from typing import Any, cast
 from kubernetes import client
 
 from controller.batch import is_bound, is_provisionable, is_terminal, pod_key
-from controller.cache import DRA_KINDS, ClusterCache
+from controller.cache import ClusterCache
+from controller.kinds import PASSED_THROUGH
 from controller.offerings import UnavailableOfferings
 from model import labels as wk
 from model.errors import InputError
@@ -213,8 +214,12 @@ class ProvisionerOptions:
 class Provisioner:
     def __init__(self, api: client.ApiClient, cache: ClusterCache, catalog: Sequence[InstanceType],
                  options: ProvisionerOptions, clock: Callable[[], float] = time.time,
-                 unavailable: UnavailableOfferings | None = None) -> None:
+                 unavailable: UnavailableOfferings | None = None,
+                 owns: Callable[[Mapping[str, Any]], bool] = lambda pool: True) -> None:
+        """``owns(nodepool)``: whether this nodeplan manages the pool (``--nodepool-selector``, a node class a
+        provider serves); the other pools are left out of every plan, their nodes stay as existing capacity."""
         self.unavailable = unavailable or UnavailableOfferings()
+        self._owns = owns
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
         self._cache = cache
@@ -233,6 +238,8 @@ class Provisioner:
     def valid_nodepools(self) -> list[dict[str, Any]]:
         out = []
         for raw in self._cache.items("NodePool"):
+            if not self._owns(raw):
+                continue
             try:
                 parse_objects([raw], source="cluster")
             except InputError as err:
@@ -263,14 +270,20 @@ class Provisioner:
                 reserved = copy.deepcopy(pod)
                 reserved.setdefault("spec", {})["nodeName"] = node_of[claim]
                 pods.append(reserved)
-        dra = [obj for kind in DRA_KINDS if kind in self._cache.informers for obj in self._cache.items(kind)]
-        return [*self.valid_nodepools(), *nodes, *claims, *self._cache.items("DaemonSet"), *dra, *pods]
+        # DaemonSets, volumes (PVCs, PVs, StorageClasses, CSINodes), Namespaces, DRA objects: as they are
+        passed = [obj for kind in PASSED_THROUGH if kind in self._cache.informers for obj in self._cache.items(kind)]
+        return [*self.valid_nodepools(), *nodes, *claims, *passed, *pods]
 
     # -- one batch -------------------------------------------------------------------------------------
-    def provision(self, batch: Mapping[str, dict[str, Any]]) -> BatchRecord:
+    def plan(self, batch: Mapping[str, dict[str, Any]], objects: Sequence[dict[str, Any]] | None = None
+             ) -> tuple[BatchRecord, list[dict[str, Any]]]:
+        """Solve one batch and name its NodeClaims; writes nothing (shadow mode stops here). Returns the record
+        and the NodeClaim bodies ``provision`` would create. ``objects``: the snapshot objects to solve
+        (default ``snapshot_objects(batch)``)."""
         started = time.monotonic()
         catalog = self.unavailable.apply(self._catalog)
-        snapshot = parse_objects(self.snapshot_objects(batch), source="cluster").with_catalog(catalog)
+        objects = self.snapshot_objects(batch) if objects is None else objects
+        snapshot = parse_objects(objects, source="cluster").with_catalog(catalog)
         result = solve(snapshot, SolveOptions(time_limit=self._options.solve_time_limit, seed=self._options.seed,
                                               workers=self._options.workers,
                                               preference_policy=self._options.preference_policy,
@@ -295,6 +308,13 @@ class Provisioner:
                 fallbacks = fallback_types(planned, pools[planned.node_pool], catalog,
                                            (pods[k] for k in planned.pods if k in pods))
                 bodies.append(nodeclaim_body(planned, pools[planned.node_pool], name, uids, fallbacks))
+        return record, bodies
+
+    def provision(self, batch: Mapping[str, dict[str, Any]]) -> BatchRecord:
+        """Plan one batch, then create its NodeClaims, join pods to in-flight ones and mark placed pods."""
+        record, bodies = self.plan(batch)
+        plan = record.plan
+        uid_of = {k: (p.get("metadata") or {}).get("uid", "") for k, p in batch.items()}
         for body in bodies:
             created = self._create(body)
             if created is not None:

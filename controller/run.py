@@ -18,7 +18,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,18 +27,20 @@ from kubernetes import client, config
 
 from controller import leader
 from controller.batch import BatchWindow
-from controller.cache import ClusterCache, resources
-from controller.disruption import DisruptionOptions, for_controller, pdb_resource
+from controller.cache import ClusterCache, FilteredCache, resources
+from controller.disruption import DisruptionOptions, for_controller, snapshot_source
 from controller.events import EventRecorder
 from controller.garbage import GarbageCollector
 from controller.health import Endpoints, Servers
 from controller.leader import KubeLeaseStore, LeaderElector
 from controller.lifecycle import Lifecycle
 from controller.metrics import CONTROLLER, Metrics
-from controller.nodepool_status import NodePoolStatusWriter
+from controller.nodepool_status import NodePoolStatusWriter, Ownership
 from controller.offerings import UnavailableOfferings
 from controller.provisioner import BatchRecord, Provisioner, ProvisionerOptions
+from controller.shadow import Shadow, ShadowOptions, batch_keys
 from model import labels as wk
+from model.affinity import LabelSelector
 from model.instancetype import InstanceType
 from model.nodepool import NodeClaim, NodePool
 from providers.kwok import kwok_catalog
@@ -48,6 +50,8 @@ from providers.protocol import CloudProvider, Launched, NodeClaimNotFoundError, 
 log = logging.getLogger(__name__)
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+#: the user agent of nodeplan's API client, hence the field manager of its writes
+FIELD_MANAGER = "nodeplan"
 
 
 @dataclass
@@ -77,6 +81,12 @@ class ControllerOptions:
     #: without a NodeClaim (or a claim without an instance) is left alone
     gc_interval: float = 10.0
     gc_grace: float = 30.0
+    #: shadow mode (``controller.shadow``): decide and compare, write nothing; needs leader election off
+    shadow: bool = False
+    shadow_options: ShadowOptions = field(default_factory=ShadowOptions)
+    #: the NodePools this nodeplan owns (``--nodepool-selector``; None: every one); the others' nodes are
+    #: existing capacity, their NodeClaims are never launched, drained or deleted
+    nodepool_selector: LabelSelector | None = None
 
 
 def api_client(kubeconfig: str | None = None) -> client.ApiClient:
@@ -90,7 +100,11 @@ def api_client(kubeconfig: str | None = None) -> client.ApiClient:
         except config.ConfigException:
             config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     configuration.connection_pool_maxsize = 16
-    return client.ApiClient(configuration)
+    api = client.ApiClient(configuration)
+    # the API server names the field manager of every write after the user agent: ``nodeplan``, so the writes
+    # of this controller are told apart in managedFields (and shadow mode's none can be checked)
+    api.user_agent = FIELD_MANAGER
+    return api
 
 
 def in_cluster() -> bool:
@@ -111,8 +125,11 @@ class ObservedProvider:
     """The cloud provider, with an Event on the NodeClaim for every launch and a metric for every failed call
     (``karpenter_cloudprovider_errors_total``); everything else is passed through."""
 
-    def __init__(self, inner: CloudProvider, events: EventRecorder, metrics: Metrics) -> None:
-        self._inner, self._events, self._metrics = inner, events, metrics
+    def __init__(self, inner: CloudProvider, events: EventRecorder, metrics: Metrics,
+                 owns: Callable[[str], bool] = lambda pool: True) -> None:
+        """``owns(nodepool name)``: instances of other NodePools are not listed (garbage collection would take
+        another provisioner's nodes for leaked ones)."""
+        self._inner, self._events, self._metrics, self._owns = inner, events, metrics, owns
 
     @property
     def name(self) -> str:
@@ -164,7 +181,7 @@ class ObservedProvider:
 
     def list(self) -> list[NodeClaim]:
         try:
-            return self._inner.list()
+            return [c for c in self._inner.list() if self._owns(c.metadata.labels.get(wk.NODEPOOL, ""))]
         except Exception as err:
             self._count("nodeclaim.garbagecollection", "List", err)
             raise
@@ -189,22 +206,34 @@ class Controller:
         if catalog is None:
             catalog = provider.instance_types() if provider is not None else kwok_catalog()
         catalog = tuple(catalog)
-        self.cache = ClusterCache({**resources(api), "PodDisruptionBudget": pdb_resource(api)})
+        if self.options.shadow and self.options.leader_elect:
+            raise ValueError("shadow mode elects no leader: a Lease is a write")
+        self.cache = ClusterCache(resources(api))
         self.synced = threading.Event()
         self.metrics = Metrics(self.cache, self.synced.is_set)
         self.events = EventRecorder(api, instance=self.identity, dedup_window=self.options.event_dedup_window)
         self.events.on_record = lambda kind, reason: self.metrics.events.labels(kind, reason).inc()
         self.unavailable = UnavailableOfferings()
+        inner = provider or KwokProvider(api, catalog)
+        self.ownership = Ownership(self.options.nodepool_selector, tuple(inner.supported_node_classes()))
+        #: what the writing parts see: only the NodeClaims of the NodePools this nodeplan owns
+        self.owned = FilteredCache(self.cache, self._owned_object)
         self.provisioner = Provisioner(api, self.cache, catalog, self.options.provisioner,
-                                       unavailable=self.unavailable)
-        self.provider = ObservedProvider(provider or KwokProvider(api, catalog), self.events, self.metrics)
-        self.lifecycle = Lifecycle(api, self.cache, self.provider, bind_grace=self.options.provisioner.bind_grace,
+                                       unavailable=self.unavailable, owns=self.ownership.owns)
+        self.provider = ObservedProvider(inner, self.events, self.metrics, self._owned_pool)
+        self.lifecycle = Lifecycle(api, self.owned, self.provider, bind_grace=self.options.provisioner.bind_grace,
                                    unavailable=self.unavailable)
-        self.garbage = GarbageCollector(api, self.cache, self.provider, grace=self.options.gc_grace,
+        self.garbage = GarbageCollector(api, self.owned, self.provider, grace=self.options.gc_grace,
                                         interval=self.options.gc_interval)
-        self.nodepool_status = NodePoolStatusWriter(api, self.cache, self.events)
-        self.disruption = for_controller(api, self.cache, self.provisioner, catalog, self.unavailable, self.events,
+        self.nodepool_status = NodePoolStatusWriter(api, self.cache, self.events, self.ownership)
+        self.disruption = for_controller(api, self.owned, self.provisioner, catalog, self.unavailable, self.events,
                                          self.metrics, self.options.disruption)
+        self.shadow: Shadow | None = None
+        if self.options.shadow:
+            shadow_options = self.options.shadow_options
+            self.shadow = Shadow(self.cache, self.provisioner, catalog, shadow_options, self.metrics,
+                                 snapshot_source(lambda: self.provisioner.snapshot_objects({}), self.cache,
+                                                 lambda: self.unavailable.apply(catalog)))
         self.window = BatchWindow(self.options.batch_idle, self.options.batch_max)
         self.elector: LeaderElector | None = None
         if self.options.leader_elect:
@@ -248,7 +277,8 @@ class Controller:
         """Run until ``stop`` is set or leadership is lost; returns once the worker loops have finished."""
         servers = self._serve()
         self.cache.start()
-        self.events.start()
+        if not self.options.shadow:
+            self.events.start()  # in shadow mode no Event is ever sent (Events are writes)
         elector_thread: threading.Thread | None = None
         elector_stop = threading.Event()
         workers: list[threading.Thread] = []
@@ -272,11 +302,12 @@ class Controller:
                     return
             self.metrics.leader.set(1)
             log.info("controller running")
+            loops: tuple[tuple[str, Callable[[], None]], ...] = (
+                (("shadow", self._shadow_loop),) if self.options.shadow else
+                (("provisioning", self._provisioning_loop), ("lifecycle", self._lifecycle_loop),
+                 ("disruption", self._disruption_loop)))
             workers = [threading.Thread(target=self._guard, args=(loop,), name=name, daemon=True)
-                       for name, loop in (("provisioning", self._provisioning_loop),
-                                          ("lifecycle", self._lifecycle_loop),
-                                          ("disruption", self._disruption_loop))
-                       if name != "disruption" or self.options.disruption.enabled]
+                       for name, loop in loops if name != "disruption" or self.options.disruption.enabled]
             for worker in workers:
                 worker.start()
             while not stop.is_set() and not self._halt.is_set():
@@ -295,7 +326,8 @@ class Controller:
                 elector_thread.join(10.0)
             if self.elector is not None and not self.lost_leadership:
                 self.elector.release()
-            self.events.stop()
+            if not self.options.shadow:
+                self.events.stop()
             self.cache.stop()
             if servers is not None:
                 servers.stop()
@@ -360,6 +392,46 @@ class Controller:
             unplaced |= {pod for node in record.plan.existing_nodes for pod in node.pods}
             self.window.close({k: str((p.get("metadata") or {}).get("resourceVersion"))
                                for k, p in pending.items() if k in unplaced})
+
+    def _shadow_loop(self) -> None:
+        """Shadow mode: batch as the provisioner does, decide without writing, compare once the other
+        provisioner has acted (``controller.shadow``)."""
+        assert self.shadow is not None
+        shadow = self.shadow
+        generation = -1
+        while not self._halt.is_set():
+            self._ticks["shadow"] = time.monotonic()
+            deadline = self.window.deadline()
+            timeout = 1.0 if deadline is None else max(0.01, min(1.0, deadline - time.monotonic()))
+            generation = self.cache.wait_for_change(generation, timeout)
+            shadow.settle()
+            pending = shadow.pending()
+            self.metrics.queue_depth.labels(CONTROLLER).set(len(pending))
+            self.window.observe(batch_keys(pending), time.monotonic())
+            if self.window.ready(time.monotonic()):
+                try:
+                    shadow.decide(pending)
+                except Exception as err:
+                    log.exception("shadow decision failed; retrying the batch")
+                    self.errors.append(f"{type(err).__name__}: {err}")
+                    self._halt.wait(1.0)
+                    continue
+                self.window.close({})
+            elif not self.window.open and self.options.disruption.enabled:
+                try:
+                    shadow.consolidation()
+                except Exception as err:
+                    log.exception("shadow consolidation failed")
+                    self.errors.append(f"{type(err).__name__}: {err}")
+
+    def _owned_pool(self, name: str) -> bool:
+        return name in self.ownership.owned_pools(self.cache.items("NodePool"))
+
+    def _owned_object(self, kind: str, obj: Mapping[str, Any]) -> bool:
+        """NodeClaims of NodePools this nodeplan owns; everything else as it is."""
+        if kind != "NodeClaim":
+            return True
+        return self._owned_pool(((obj.get("metadata") or {}).get("labels") or {}).get(wk.NODEPOOL, ""))
 
     def _observe_batch(self, record: BatchRecord, pending: Mapping[str, dict[str, Any]]) -> None:
         """Metrics and Events for one solved batch: what was created, where each pod should go, and why a pod

@@ -9,6 +9,17 @@ from typing import Any, TypeVar
 from model.errors import InputError
 
 T = TypeVar("T")
+INT64 = 2**63
+
+
+def _describe(value: Any) -> builtins.str:
+    """A value in an error message: its type, and the value itself when it is short."""
+    kind = type(value).__name__
+    if isinstance(value, (bool, int, float)) and len(repr(value)) <= 40:
+        return f"{kind} {value!r}"
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 40 else f"a {len(value)}-character string"
+    return kind
 
 
 class RawObject:
@@ -27,22 +38,35 @@ class RawObject:
         return RawObject(self.data.get(key), self._field(key))
 
     def str(self, key: builtins.str, default: builtins.str = "") -> builtins.str:
+        """A string field. Numbers and booleans are refused as the API server refuses them (a plain ``yes``
+        or ``1.0`` in YAML is not a string: quote it)."""
         value = self.data.get(key)
         if value is None:
             return default
-        if isinstance(value, (dict, list)):
-            raise InputError(f"expected a string, got {type(value).__name__}", field=self._field(key))
-        return str(value)
+        if not isinstance(value, str):
+            raise InputError(f"expected a string, got {_describe(value)}", field=self._field(key))
+        return value
+
+    def int_or_str(self, key: builtins.str) -> builtins.str:
+        """An IntOrString field (``minAvailable: 2`` or ``"50%"``) as its text; "" when unset."""
+        value = self.data.get(key)
+        if isinstance(value, builtins.int) and not isinstance(value, bool):
+            return builtins.str(self.int(key))
+        return self.str(key)
 
     def int(self, key: builtins.str, default: builtins.int | None = None) -> builtins.int | None:
+        """An integer field (int64, as Kubernetes' integer fields are at most); a string of digits is read
+        as its number, anything else is refused."""
         value = self.data.get(key)
         if value is None:
             return default
         if isinstance(value, bool) or not isinstance(value, int):
-            try:
-                return int(str(value))
-            except ValueError:
-                raise InputError(f"expected an integer, got {value!r}", field=self._field(key)) from None
+            text = value.strip() if isinstance(value, str) else ""
+            if not (text.lstrip("+-").isdigit() and len(text) <= 20):
+                raise InputError(f"expected an integer, got {_describe(value)}", field=self._field(key))
+            value = int(text)
+        if not -INT64 <= value < INT64:
+            raise InputError(f"integer {value} is out of range (int64)", field=self._field(key))
         return value
 
     def bool(self, key: builtins.str, default: builtins.bool = False) -> builtins.bool:
@@ -59,7 +83,12 @@ class RawObject:
             return {}
         if not isinstance(value, Mapping):
             raise InputError("expected a map of strings", field=self._field(key))
-        return {str(k): "" if v is None else str(v) for k, v in value.items()}
+        out = {}
+        for k, v in value.items():
+            if v is not None and not isinstance(v, str):
+                raise InputError(f"expected a string, got {_describe(v)}", field=f"{self._field(key)}.{k}")
+            out[str(k)] = v or ""
+        return out
 
     def items(self, key: builtins.str) -> list[RawObject]:
         value = self.data.get(key)

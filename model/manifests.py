@@ -3,7 +3,8 @@
 CI has no cluster, only the YAML a pull request changes: a directory of manifests, or ``helm template`` /
 ``kustomize build`` output (multi-document YAML). This module turns that into a Snapshot:
 
-- ``Deployment``, ``ReplicaSet``, ``StatefulSet``: ``spec.replicas`` pods (default 1);
+- ``Deployment``, ``ReplicaSet``, ``StatefulSet``: ``spec.replicas`` pods (default 1; at most
+  ``MAX_WORKLOAD_PODS``, 100,000, per workload, as for a Job's ``parallelism``);
 - ``Job``: ``min(parallelism, completions)`` pods (parallelism defaults to 1, completions to parallelism),
   none when ``spec.suspend``; ``CronJob``: one run of ``spec.jobTemplate`` (none when suspended);
 - plain ``Pod``s, ``DaemonSet``s, ``NodePool``s, ``PodDisruptionBudget``s and ``Namespace``s as in a
@@ -28,37 +29,46 @@ from typing import Any
 from model.errors import InputError
 from model.fields import RawObject
 from model.pod import Pod
-from model.snapshot import _PARSERS, RAW_KINDS, Snapshot, _object_name, parse_objects, read_documents
+from model.snapshot import _PARSERS, RAW_KINDS, Snapshot, check_identity, parse_objects, read_documents
 
 #: Kinds whose pods this module creates, and where their pod template lives.
 WORKLOAD_KINDS = frozenset({"Deployment", "ReplicaSet", "StatefulSet", "Job", "CronJob"})
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+#: The most pods one workload expands to (``replicas``, a Job's ``parallelism``); more is an input error, not
+#: minutes of expansion and gigabytes of pods.
+MAX_WORKLOAD_PODS = 100_000
 SNAPSHOT_KINDS = frozenset(_PARSERS) | RAW_KINDS
 
 
 def manifest_files(directory: Path) -> list[Path]:
-    """Every ``*.yaml``/``*.yml``/``*.json`` below ``directory`` (hidden directories skipped), sorted."""
-    files = [p for p in directory.rglob("*") if p.is_file() and p.suffix in MANIFEST_SUFFIXES
-             and not any(part.startswith(".") for part in p.relative_to(directory).parts)]
+    """Every ``*.yaml``/``*.yml``/``*.json`` below ``directory`` (hidden directories skipped), sorted. A
+    symbolic link is read only when it stays inside ``directory``: a manifests tree from a pull request must
+    not make nodeplan read (and print in its errors) files from elsewhere on the machine."""
+    inside = directory.resolve()
+    files = [p for p in directory.rglob("*") if p.suffix in MANIFEST_SUFFIXES and p.is_file()
+             and not any(part.startswith(".") for part in p.relative_to(directory).parts)
+             and p.resolve().is_relative_to(inside)]
     return sorted(files)
+
+
+def _count(spec: RawObject, field: str, default: int) -> int:
+    value = spec.int(field, default)
+    assert value is not None
+    if value < 0:
+        raise InputError(f"must be non-negative, got {value}", field=f"{spec.path}.{field}")
+    if value > MAX_WORKLOAD_PODS and field != "completions":
+        raise InputError(f"{value:,} is more pods than nodeplan expands for one workload (at most "
+                         f"{MAX_WORKLOAD_PODS:,})", field=f"{spec.path}.{field}")
+    return value
 
 
 def _pod_count(kind: str, spec: RawObject) -> int:
     if kind == "Job":
         if spec.bool("suspend"):
             return 0
-        parallelism = spec.int("parallelism", 1)
-        completions = spec.int("completions", parallelism)
-        assert parallelism is not None and completions is not None
-        for field, value in (("parallelism", parallelism), ("completions", completions)):
-            if value < 0:
-                raise InputError(f"must be non-negative, got {value}", field=f"{spec.path}.{field}")
-        return min(parallelism, completions)
-    replicas = spec.int("replicas", 1)
-    assert replicas is not None
-    if replicas < 0:
-        raise InputError(f"must be non-negative, got {replicas}", field=f"{spec.path}.replicas")
-    return replicas
+        parallelism = _count(spec, "parallelism", 1)
+        return min(parallelism, _count(spec, "completions", parallelism))
+    return _count(spec, "replicas", 1)
 
 
 def expand_workload(raw: Mapping[str, Any]) -> list[Pod]:
@@ -104,16 +114,20 @@ def parse_manifests(objects: Iterable[tuple[str, Any]], *, source: str) -> Snaps
     pods: list[Pod] = []
     files: dict[int, str] = {}
     warnings: list[str] = []
+    counts: dict[str, int] = {}
     for file, obj in objects:
         if not isinstance(obj, Mapping) or not obj.get("kind"):
             warnings.append(f"{file}: skipped a document that is not a Kubernetes object")
             continue
-        if _controlled(obj):
+        counts[file] = counts.get(file, 0) + 1
+        name = check_identity(obj, file=file, origin=f"object {counts[file]}")
+        try:
+            controlled = _controlled(obj)
+        except InputError as err:
+            raise err.located(file=file, obj=name) from None
+        if controlled:
             continue
         if obj["kind"] in WORKLOAD_KINDS:
-            name = _object_name(obj)
-            if not isinstance(obj.get("metadata"), Mapping) or not obj["metadata"].get("name"):
-                raise InputError("object has no name", file=file, obj=name, field="metadata.name")
             try:
                 pods.extend(expand_workload(obj))
             except InputError as err:
@@ -168,7 +182,7 @@ def looks_like_manifests(documents: list[Any]) -> bool:
     It is when it holds a workload to expand and nothing only a live cluster has: no Nodes, no
     NodeClaims, no Pod bound to a node or owned by a controller.
     """
-    kinds = {d.get("kind") for d in documents if isinstance(d, Mapping)}
+    kinds = {d.get("kind") for d in documents if isinstance(d, Mapping) and isinstance(d.get("kind"), str)}
     if not kinds & WORKLOAD_KINDS or kinds & {"Node", "NodeClaim"}:
         return False
     for doc in documents:

@@ -98,10 +98,16 @@ def _limits(raw: Any) -> Resources:
     return raw if isinstance(raw, Resources) else Resources.parse(raw)
 
 
+def _caps(raw: Any) -> Resources:
+    """``spec.limits``: a limit past what the solver's integers hold (10000000Gi of memory is a common way to
+    say "no limit") is that maximum, which no batch can reach."""
+    return raw if isinstance(raw, Resources) else Resources.parse(raw, saturate=True)
+
+
 class NodePoolSpec(ApiModel):
     template: NodeClaimTemplate = NodeClaimTemplate()
     disruption: Disruption = Disruption()
-    limits: Annotated[Resources, BeforeValidator(_limits)] = Resources()
+    limits: Annotated[Resources, BeforeValidator(_caps)] = Resources()
     weight: int | None = Field(default=None, ge=1, le=100)
 
 

@@ -27,6 +27,11 @@ _PATTERN = re.compile(
 
 #: Resources whose base unit is the milli-unit (Kubernetes reports them with MilliValue()).
 MILLI_RESOURCES = frozenset({"cpu"})
+#: The largest quantity in base units (2**53: 9,007 TB of memory, 9 billion cpus). The solver's matrices are
+#: int64 and add up many pods' requests; 2**53 keeps those sums exact and survives a JSON (float) round trip.
+MAX_BASE_UNITS = 2**53
+#: Longest number text read (Kubernetes' own limit is 2**63-1 with 3 decimals, far shorter than this).
+MAX_DIGITS = 64
 
 
 def parse_quantity(text: str | int | float) -> Fraction:
@@ -34,6 +39,8 @@ def parse_quantity(text: str | int | float) -> Fraction:
     if isinstance(text, bool):
         raise InputError(f"invalid quantity {text!r}")
     if isinstance(text, int):
+        if abs(text) >= 10**MAX_DIGITS:
+            raise InputError(f"invalid quantity: {len(str(abs(text)))} digits (at most {MAX_DIGITS})")
         return Fraction(text)
     if isinstance(text, float):
         if not math.isfinite(text):
@@ -41,6 +48,8 @@ def parse_quantity(text: str | int | float) -> Fraction:
         return Fraction(str(text))
     if not isinstance(text, str):
         raise InputError(f"invalid quantity {text!r}: expected a string or number")
+    if len(text) > MAX_DIGITS + 8:
+        raise InputError(f"invalid quantity: {len(text)} characters (at most {MAX_DIGITS + 8})")
     match = _PATTERN.match(text.strip())
     if not match:
         raise InputError(f"invalid quantity {text!r}")
@@ -55,15 +64,22 @@ def parse_quantity(text: str | int | float) -> Fraction:
     return number * _DECIMAL[match["dec"] or ""]
 
 
-def to_base_units(resource: str, value: Fraction) -> int:
-    """Convert a quantity to the integer base unit used in every constraint (rounding up)."""
-    scaled = value * 1000 if resource in MILLI_RESOURCES else value
-    return math.ceil(scaled)
+def to_base_units(resource: str, value: Fraction, *, saturate: bool = False) -> int:
+    """Convert a quantity to the integer base unit used in every constraint (rounding up). ``saturate``: a
+    larger one becomes ``MAX_BASE_UNITS`` instead of an error (a cap no batch can reach is no cap)."""
+    scaled = math.ceil(value * 1000 if resource in MILLI_RESOURCES else value)
+    if saturate and scaled > MAX_BASE_UNITS:
+        return MAX_BASE_UNITS
+    if abs(scaled) > MAX_BASE_UNITS:
+        unit = "milli-units" if resource in MILLI_RESOURCES else "units"
+        raise InputError(f"quantity of {resource} is too large: {scaled:.3g} {unit}, at most 2^53 "
+                         f"({MAX_BASE_UNITS:.3g})")
+    return scaled
 
 
-def quantity_int(resource: str, text: str | int | float) -> int:
+def quantity_int(resource: str, text: str | int | float, *, saturate: bool = False) -> int:
     """Parse ``text`` as a quantity of ``resource`` and return integer base units."""
-    return to_base_units(resource, parse_quantity(text))
+    return to_base_units(resource, parse_quantity(text), saturate=saturate)
 
 
 def format_quantity(resource: str, value: int) -> str:

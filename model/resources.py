@@ -27,8 +27,9 @@ class Resources(Mapping[str, int]):
         self._hash: int | None = None
 
     @classmethod
-    def parse(cls, raw: Mapping[str, Any] | None) -> Resources:
-        """Parse a Kubernetes ``{resource: quantity}`` map; errors name the resource as the field."""
+    def parse(cls, raw: Mapping[str, Any] | None, *, saturate: bool = False) -> Resources:
+        """Parse a Kubernetes ``{resource: quantity}`` map; errors name the resource as the field.
+        ``saturate``: quantities past what the solver holds become that maximum (for caps such as limits)."""
         if raw is None:
             return cls()
         if not isinstance(raw, Mapping):
@@ -36,7 +37,7 @@ class Resources(Mapping[str, int]):
         out: dict[str, int] = {}
         for name, text in raw.items():
             try:
-                out[str(name)] = quantity_int(str(name), text)
+                out[str(name)] = quantity_int(str(name), text, saturate=saturate)
             except InputError as err:
                 raise err.located(field_prefix=str(name)) from None
         return cls(out)

@@ -7,11 +7,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-import yaml_rs
 from pydantic import BaseModel, ConfigDict
 
-from model import volumes
+from model import kyaml, volumes
 from model.api import validate_api
 from model.dra import ClaimIndex, DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice
 from model.errors import InputError
@@ -21,20 +19,26 @@ from model.nodepool import NodeClaim, NodePool
 from model.pod import Pod
 from model.workload import DaemonSet, Namespace, PodDisruptionBudget
 
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+#: the longest integer literal a JSON file may hold (Python's own limit for decimal text is 4,300 digits)
+MAX_JSON_INT_DIGITS = 100
 
 
-def _load_yaml_stream(text: str) -> list[Any]:
-    """Documents of a YAML stream. yaml-rs parses kubectl output ~25x faster than PyYAML (20,000 pods:
-    under a second instead of twelve); PyYAML re-reads a file yaml-rs rejects, for its precise error."""
+def _json_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_JSON_INT_DIGITS:
+        raise InputError(f"integer with {len(text)} digits (at most {MAX_JSON_INT_DIGITS})")
+    return int(text)
+
+
+def _json_constant(name: str) -> float:
+    raise InputError(f"{name} is not a JSON number")
+
+
+def _load_json(text: str) -> Any:
+    """JSON as Kubernetes accepts it: no NaN/Infinity, integers of sane length, bounded nesting."""
     try:
-        loaded = yaml_rs.loads(text, parse_datetime=False)
-    except yaml_rs.YAMLDecodeError:
-        return [d for d in yaml.load_all(text, Loader=_LOADER) if d is not None]
-    if loaded is None:
-        return []
-    items = loaded if isinstance(loaded, list) else [loaded]
-    return [d for d in items if d is not None]
+        return json.loads(text, parse_int=_json_int, parse_constant=_json_constant)
+    except RecursionError:
+        raise InputError("JSON nested too deeply") from None
 
 #: Kinds kept as raw objects for rules that read them directly (volumes).
 RAW_KINDS = frozenset({"PersistentVolumeClaim", "PersistentVolume", "StorageClass", "CSINode"})
@@ -82,11 +86,34 @@ class Snapshot(BaseModel):
 
 
 def _object_name(obj: Mapping[str, Any]) -> str:
+    """``Kind namespace/name`` for messages, whatever the object holds (never raises)."""
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
     assert isinstance(meta, Mapping)
-    name = meta.get("name", "<unnamed>")
-    namespace = meta.get("namespace")
-    return f"{obj.get('kind', '?')} {namespace + '/' if namespace else ''}{name}"
+    kind, name, namespace = obj.get("kind"), meta.get("name"), meta.get("namespace")
+    kind = kind if isinstance(kind, str) and kind else "?"
+    name = name if isinstance(name, str) and name else "<unnamed>"
+    return f"{kind} {namespace + '/' if isinstance(namespace, str) and namespace else ''}{name}"
+
+
+def check_identity(obj: Any, *, file: str, origin: str) -> str:
+    """Check what every object needs before anything reads it (an object, a string kind, a string name and,
+    if set, namespace); returns its display name. Errors name the file and the object."""
+    if not isinstance(obj, Mapping):
+        raise InputError(f"not a Kubernetes object (got {type(obj).__name__})", file=file, obj=origin)
+    kind = obj.get("kind")
+    if not isinstance(kind, str) or not kind:
+        problem = "object has no kind" if kind in (None, "") else f"kind must be a string, got {type(kind).__name__}"
+        raise InputError(problem, file=file, obj=origin, field="kind")
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping) or not meta.get("name"):
+        raise InputError("object has no name", file=file, obj=f"{_object_name(obj)} in {origin}",
+                         field="metadata.name")
+    for field in ("name", "namespace"):
+        value = meta.get(field)
+        if value is not None and not isinstance(value, str):
+            raise InputError(f"expected a string, got {type(value).__name__}", file=file,
+                             obj=f"{kind} in {origin}", field=f"metadata.{field}")
+    return _object_name(obj)
 
 
 class Documents(list[Any]):
@@ -126,23 +153,17 @@ def read_documents(path: Path) -> list[Any]:
     except (OSError, UnicodeDecodeError) as err:
         raise InputError(f"cannot read file: {err}", file=str(path)) from None
     try:
-        if path.suffix == ".json":
-            docs: list[Any] = [json.loads(text)]
-        else:
-            docs = _load_yaml_stream(text)
+        docs: list[Any] = [_load_json(text)] if path.suffix == ".json" else kyaml.load_all(text)
     except json.JSONDecodeError as err:
         raise InputError(f"malformed JSON at line {err.lineno} column {err.colno}: {err.msg}",
                          file=str(path)) from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise InputError(f"malformed YAML{where}: {problem}", file=str(path)) from None
+    except InputError as err:
+        raise err.located(file=str(path)) from None
     out: list[Any] = []
     origins: list[str] = []
     for number, doc in enumerate(docs, start=1):
-        if isinstance(doc, Mapping) and isinstance(doc.get("items"), list) and (
-                doc.get("kind") == "List" or str(doc.get("kind", "")).endswith("List")):
+        kind = doc.get("kind") if isinstance(doc, Mapping) else None
+        if isinstance(kind, str) and kind.endswith("List") and isinstance(doc.get("items"), list):
             out.extend(doc["items"])
             origins.extend(f"document {number}, item {i}" for i in range(1, len(doc["items"]) + 1))
         else:
@@ -172,6 +193,15 @@ _PARSERS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
 }
 
 
+def _resolve_volumes(pod: Pod, raw: list[dict[str, Any]], source: str) -> Pod:
+    """A pending pod with its volumes' topology; a malformed claim, volume or class it reads is named."""
+    try:
+        return volumes.resolve(pod, raw)
+    except InputError as err:
+        raise err.located(file=source, obj=f"a PersistentVolumeClaim, PersistentVolume or StorageClass "
+                                           f"of Pod {pod.key}") from None
+
+
 def parse_objects(objects: Iterable[Any], *, source: str) -> Snapshot:
     """Build a Snapshot from Kubernetes objects; unknown kinds are skipped with a warning. Two objects of
     one kind it reads with one namespace/name are an input error naming both (the API server holds one)."""
@@ -181,14 +211,8 @@ def parse_objects(objects: Iterable[Any], *, source: str) -> Snapshot:
     skipped: dict[str, int] = {}
     seen: dict[tuple[str, str, str], int] = {}
     for index, obj in enumerate(objects):
-        if not isinstance(obj, Mapping):
-            raise InputError(f"document {index + 1} is not a Kubernetes object", file=source)
-        kind = obj.get("kind")
-        if not isinstance(kind, str) or not kind:
-            raise InputError("object has no kind", file=source, obj=f"document {index + 1}", field="kind")
-        name = _object_name(obj)
-        if not isinstance(obj.get("metadata"), Mapping) or not obj["metadata"].get("name"):
-            raise InputError("object has no name", file=source, obj=name, field="metadata.name")
+        name = check_identity(obj, file=source, origin=_origin(objects, index))
+        kind = obj["kind"]
         identity = _identity(kind, obj)
         if identity in seen and (kind in _PARSERS or kind in RAW_KINDS):  # kinds it skips may repeat
             first, namespace = _origin(objects, seen[identity]), f"{identity[1]}/" if identity[1] else ""
@@ -206,7 +230,7 @@ def parse_objects(objects: Iterable[Any], *, source: str) -> Snapshot:
             skipped[kind] = skipped.get(kind, 0) + 1
     for kind, count in sorted(skipped.items()):
         warnings.append(f"{source}: skipped {count} object(s) of unsupported kind {kind}")
-    pods = [volumes.resolve(pod, raw) if pod.pending else pod for pod in buckets["Pod"]]
+    pods = [_resolve_volumes(pod, raw, source) if pod.pending else pod for pod in buckets["Pod"]]
     return Snapshot(
         pods=tuple(pods), nodes=tuple(buckets["Node"]), nodepools=tuple(buckets["NodePool"]),
         nodeclaims=tuple(buckets["NodeClaim"]), daemonsets=tuple(buckets["DaemonSet"]),

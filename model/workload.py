@@ -100,14 +100,14 @@ class PodDisruptionBudget(BaseModel):
         obj = RawObject(raw)
         meta, spec = obj.obj("metadata"), obj.obj("spec")
         for field in ("minAvailable", "maxUnavailable"):
-            value = spec.str(field)
+            value = spec.int_or_str(field)
             if value and not (value.isdigit() or (value.endswith("%") and value[:-1].isdigit())):
                 raise InputError(f"expected a count or a percentage, got {value!r}", field=f"spec.{field}")
         return cls(
             namespace=meta.str("namespace", "default"), name=meta.str("name"),
             selector=spec.parse("selector", LabelSelector.parse) if spec.data.get("selector") is not None else None,
-            min_available=spec.str("minAvailable") or None,
-            max_unavailable=spec.str("maxUnavailable") or None,
+            min_available=spec.int_or_str("minAvailable") or None,
+            max_unavailable=spec.int_or_str("maxUnavailable") or None,
             disruptions_allowed=obj.obj("status").int("disruptionsAllowed"),
         )
 

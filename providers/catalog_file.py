@@ -37,6 +37,9 @@ from model.instancetype import InstanceType
 from model.snapshot import read_documents
 
 CATALOG_KIND = "InstanceCatalog"
+#: The highest hourly price an offering may have ($/h); objectives are integer micro-dollars summed over
+#: many nodes, so a price must stay far from int64 (the dearest cloud machines cost well under $1,000/h).
+MAX_PRICE = 1_000_000.0
 
 
 def load_catalog(path: str | Path) -> tuple[InstanceType, ...]:
@@ -46,15 +49,23 @@ def load_catalog(path: str | Path) -> tuple[InstanceType, ...]:
     if len(docs) != 1 or not isinstance(docs[0], dict) or docs[0].get("kind") != CATALOG_KIND:
         raise InputError(f"expected one object of kind {CATALOG_KIND}", file=str(path), field="kind")
     root = RawObject(docs[0])
-    region = root.str("region")
+    try:
+        region, items = root.str("region"), root.items("instanceTypes")
+    except InputError as err:
+        raise err.located(file=str(path), obj=CATALOG_KIND) from None
     seen: set[str] = set()
     out = []
-    for item in root.items("instanceTypes"):
-        label = f"instance type {item.str('name') or item.path}"
+    for item in items:
+        name = item.data.get("name")
+        label = f"instance type {name if isinstance(name, str) and name else item.path}"
         try:
             instance_type = InstanceType.parse(item.data)
         except InputError as err:
             raise err.located(file=str(path), obj=label) from None
+        for i, offering in enumerate(instance_type.offerings):
+            if offering.price > MAX_PRICE:
+                raise InputError(f"price {offering.price:g} is above the maximum of {MAX_PRICE:,.0f} $/h",
+                                 file=str(path), obj=label, field=f"offerings[{i}].price")
         if instance_type.name in seen:
             raise InputError("duplicate instance type", file=str(path), obj=label, field="name")
         if not instance_type.offerings:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import tempfile
 from collections import Counter
 from collections.abc import Sequence
@@ -88,12 +89,28 @@ class Side:
 
 
 def _plan_from(doc: object, path: Path) -> ProvisioningPlan:
+    """A saved plan, refused unless every figure the diff reads is finite and every quantity parses."""
     try:
-        return ProvisioningPlan.model_validate(doc)
+        plan = ProvisioningPlan.model_validate(doc)
     except ValidationError as err:
         first = err.errors()[0]
         raise InputError(first["msg"], file=str(path), obj="ProvisioningPlan",
                          field=".".join(str(p) for p in first["loc"])) from None
+    figures = [(f"nodeClaims[{i}].price", c.price) for i, c in enumerate(plan.node_claims)]
+    figures += [("cost.total", plan.cost.total), ("cost.lowerBound", plan.cost.lower_bound)]
+    for field, value in figures:
+        if not math.isfinite(value):
+            raise InputError(f"{value} is not a finite $/h figure", file=str(path), obj="ProvisioningPlan",
+                             field=field)
+    for i, claim in enumerate(plan.node_claims):
+        for part in ("requests", "allocatable"):
+            for resource, text in getattr(claim, part).items():
+                try:
+                    quantity_int(resource, text)
+                except InputError as err:
+                    raise err.located(file=str(path), obj=f"ProvisioningPlan nodeClaim {claim.name}",
+                                      field_prefix=f"nodeClaims[{i}].{part}.{resource}") from None
+    return plan
 
 
 def load_side(name: SideName, path: Path, catalog: Catalog, options: SolveOptions) -> Side:

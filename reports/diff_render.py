@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from model.plandiff import PlanDiff, PodChange, SideSummary
+from reports.text import markdown, terminal
 
 ICONS = {"unchanged": "✅", "changed": "🔁", "cheaper": "📉", "costlier": "📈", "regression": "❌"}
 STYLES = {"unchanged": "green", "changed": "cyan", "cheaper": "green", "costlier": "yellow", "regression": "red"}
@@ -60,14 +61,14 @@ def render_diff_terminal(diff: PlanDiff, console: Console) -> None:
     style = STYLES[diff.verdict]
     console.print(f"[bold {style}]{diff.headline}[/]")
     if diff.catalog_mismatch:
-        console.print(f"[bold yellow]Catalogs differ:[/] {diff.catalog_mismatch}")
+        console.print(f"[bold yellow]Catalogs differ:[/] {terminal(diff.catalog_mismatch)}")
     for failure in diff.gate_failures:
-        console.print(f"[bold red]Gate failed:[/] {failure}")
+        console.print(f"[bold red]Gate failed:[/] {terminal(failure)}")
     table = Table(title="Summary")
     for column, justify in (("", "left"), ("base", "right"), ("head", "right"), ("change", "right")):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for row in summary_rows(diff):
-        table.add_row(*row)
+        table.add_row(*(terminal(cell) for cell in row))
     console.print(table)
     if diff.nodes:
         nodes = Table(title="Node changes")
@@ -75,7 +76,8 @@ def render_diff_terminal(diff: PlanDiff, console: Console) -> None:
             nodes.add_column(column, justify="left" if column in ("NodePool", "instance type", "zone") else "right")
         for c in diff.nodes:
             colour = "green" if c.delta < 0 else "red"
-            nodes.add_row(c.node_pool, c.instance_type, c.zone, c.capacity_type, str(c.base), str(c.head),
+            nodes.add_row(terminal(c.node_pool), terminal(c.instance_type), terminal(c.zone),
+                          terminal(c.capacity_type), str(c.base), str(c.head),
                           f"[{colour}]{c.delta:+d}[/]", f"{c.cost_delta_per_hour:+.4f}")
         console.print(nodes)
     _pod_section(console, "Pods that become unschedulable", diff.newly_unschedulable, reason=True)
@@ -83,8 +85,8 @@ def render_diff_terminal(diff: PlanDiff, console: Console) -> None:
     _pod_section(console, "Pods that change NodePool", diff.pool_changes, reason=False)
     if diff.added_pods or diff.removed_pods:
         console.print(f"Pending pods only in head: {len(diff.added_pods)}; only in base: {len(diff.removed_pods)}")
-    console.print(f"base: {diff.base.source} ({diff.base.input}, catalog {diff.base.catalog})")
-    console.print(f"head: {diff.head.source} ({diff.head.input}, catalog {diff.head.catalog})")
+    for name, side in (("base", diff.base), ("head", diff.head)):
+        console.print(f"{name}: {terminal(side.source)} ({side.input}, catalog {terminal(side.catalog)})")
 
 
 def _pod_section(console: Console, title: str, changes: Sequence[PodChange], *, reason: bool) -> None:
@@ -93,15 +95,19 @@ def _pod_section(console: Console, title: str, changes: Sequence[PodChange], *, 
     console.print(f"[bold]{title}: {len(changes)}[/]")
     for c in changes:
         detail = c.reason if reason else f"{_placed(c.base)} → {_placed(c.head)}"
-        console.print(f"  {c.pod}: {detail}", highlight=False)
+        console.print(f"  {terminal(c.pod)}: {terminal(detail)}", highlight=False)
 
 
 # ------------------------------------------------------------------------------------------------ markdown
 
 
 def _cell(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|") \
-        .replace("\n", " ")
+    return markdown(text)
+
+
+def _code(text: str) -> str:
+    """Text for a code span, where Markdown, HTML and mentions are inert: only a backtick could end it."""
+    return markdown(text) if "`" in text or "\n" in text else text
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> list[str]:
@@ -159,7 +165,7 @@ def render_diff_markdown(diff: PlanDiff, *, max_rows: int = 50) -> str:
         body = []
         for title, pods in (("Only in head", diff.added_pods), ("Only in base", diff.removed_pods)):
             if pods:
-                shown = ", ".join(f"`{p}`" for p in pods[:max_rows])
+                shown = ", ".join(f"`{_code(p)}`" for p in pods[:max_rows])
                 more = f" … and {len(pods) - max_rows} more" if len(pods) > max_rows else ""
                 body.append(f"**{title} ({len(pods)}):** {shown}{more}")
         lines += _details(f"Pending pods on one side only: +{len(diff.added_pods)} / −{len(diff.removed_pods)}",

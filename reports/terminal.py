@@ -10,6 +10,7 @@ from rich.table import Table
 from model.disruption import DisruptionPlan
 from model.plan import ProvisioningPlan
 from model.quantity import quantity_int
+from reports.text import terminal
 
 
 def _ratio(requests: dict[str, str], allocatable: dict[str, str], resource: str) -> float:
@@ -29,7 +30,8 @@ def render_plan(plan: ProvisioningPlan, console: Console, *, compare_greedy: boo
         claims = [plan.node_claims[i] for i in members]
         cpu = sum(_ratio(c.requests, c.allocatable, "cpu") for c in claims) / len(claims)
         mem = sum(_ratio(c.requests, c.allocatable, "memory") for c in claims) / len(claims)
-        table.add_row(pool, itype, zone, ctype, str(len(claims)), str(sum(len(c.pods) for c in claims)),
+        table.add_row(terminal(pool), terminal(itype), terminal(zone), terminal(ctype),
+                      str(len(claims)), str(sum(len(c.pods) for c in claims)),
                       f"{cpu:.0%}", f"{mem:.0%}", f"{claims[0].price:.4f}", f"{sum(c.price for c in claims):.4f}")
     console.print(table)
     if plan.existing_nodes:
@@ -38,7 +40,7 @@ def render_plan(plan: ProvisioningPlan, console: Console, *, compare_greedy: boo
     if plan.unschedulable:
         console.print(f"[bold red]Unschedulable: {len(plan.unschedulable)} pod(s)[/]")
         for u in plan.unschedulable:
-            console.print(f"  {u.pod}: {u.reason}")
+            console.print(f"  {terminal(u.pod)}: {terminal(u.reason)}", highlight=False)
     cost = plan.cost
     gap = f"{cost.gap:.2%}" if cost.gap is not None else "n/a"
     console.print(f"Cost: [bold]{cost.total:.4f} $/h[/] ({cost.total * 730:.2f} $/month)   "
@@ -56,14 +58,15 @@ def render_disruption(plan: DisruptionPlan, console: Console, explain: list[tupl
     for column in ("node", "NodePool", "reason", "evictions", "$/h"):
         table.add_column(column, justify="right" if column in ("evictions", "$/h") else "left")
     for r in plan.remove:
-        table.add_row(r.node, r.node_pool, r.reason, str(r.evictions), f"{r.price:.4f}")
+        table.add_row(terminal(r.node), terminal(r.node_pool), terminal(r.reason), str(r.evictions), f"{r.price:.4f}")
     console.print(table)
     if plan.node_claims:
         replacements = Table(title="Replacements")
         for column in ("nodeClaim", "instance type", "zone", "capacity", "pods", "$/h"):
             replacements.add_column(column, justify="right" if column in ("pods", "$/h") else "left")
         for c in plan.node_claims:
-            replacements.add_row(c.name, c.instance_type, c.zone, c.capacity_type, str(len(c.pods)), f"{c.price:.4f}")
+            replacements.add_row(terminal(c.name), terminal(c.instance_type), terminal(c.zone),
+                                 terminal(c.capacity_type), str(len(c.pods)), f"{c.price:.4f}")
         console.print(replacements)
     cost = plan.cost
     bound = f"   cheapest reachable {cost.lower_bound:.4f}" if cost.lower_bound is not None else ""
@@ -75,8 +78,8 @@ def render_disruption(plan: DisruptionPlan, console: Console, explain: list[tupl
         console.print(f"Karpenter-style consolidation (one pass) would save {cost.yardstick_savings:.4f} $/h")
     for b in plan.budgets:
         window = f" ({b.window})" if b.window else ""
-        console.print(f"Budget {b.node_pool} [{', '.join(b.reasons)}]{window}: {b.used} of {b.allowed} used")
+        console.print(terminal(f"Budget {b.node_pool} [{', '.join(b.reasons)}]{window}: {b.used} of {b.allowed} used"))
     for note in plan.solver.notes:
-        console.print(f"note: {note}")
+        console.print(f"note: {terminal(note)}", highlight=False)
     for name, why in explain or []:
-        console.print(f"  {name}: {why}")
+        console.print(f"  {terminal(name)}: {terminal(why)}", highlight=False)

@@ -51,7 +51,8 @@ def class_values(bins: list[Bin], sizes: np.ndarray) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
             part = np.nan_to_num(sizes[:, r][:, None] / capacity[None, :, r], nan=0.0, posinf=np.inf)
         np.maximum(share, part, out=share)
-    priced = np.where(holds, costs[None, :] * share, np.inf)
+    with np.errstate(invalid="ignore"):  # a free bin (cost 0) next to an infinite share: not a price
+        priced = np.where(holds, np.nan_to_num(costs[None, :] * share, nan=np.inf), np.inf)
     best = priced.min(axis=1) if priced.shape[1] else np.full(len(sizes), np.inf)
     return np.where(np.isfinite(best), best, 0.0)
 

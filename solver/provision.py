@@ -109,8 +109,17 @@ class SolveResult:
 
 
 def _limits(problem: Problem) -> dict[tuple[int, str], int]:
+    """What is left of each NodePool limit that a plan could reach: one that even a node per pending unit of
+    the pool's largest kind stays within cannot bind, and is no row (a "no limit" 10000000Gi included)."""
+    units = int(problem.demand.sum())
+    most: dict[tuple[str, str], int] = {}
+    for t in problem.templates:
+        for name, use in t.limit_use.items():
+            key = (t.pool.name, name)
+            most[key] = max(most.get(key, 0), use)
     return {(i, name): value for i, pool in enumerate(problem.pools)
-            for name, value in pool.limits_remaining.items()}
+            for name, value in pool.limits_remaining.items()
+            if value < units * most.get((pool.name, name), 0) or (pool.name, name) not in most}
 
 
 def _objective(problem: Problem, bins: list[Bin], options: SolveOptions) -> Objective:

@@ -186,7 +186,7 @@ def start_with(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> tuple[An
             return None
 
     monkeypatch.setattr(cli.run, "api_client", lambda kubeconfig=None: object())
-    monkeypatch.setattr(cli.run, "preflight", lambda api, namespace, elect: None)
+    monkeypatch.setattr(cli.run, "preflight", lambda api, namespace, elect, **mode: None)
     monkeypatch.setattr(cli.run, "configure_logging", lambda level: None)
     monkeypatch.setattr(cli.run, "Controller", Recorder)
     monkeypatch.setattr(signal, "signal", lambda signum, handler: None)
@@ -253,3 +253,14 @@ def test_shadow_value(helm: str, monkeypatch: pytest.MonkeyPatch) -> None:
         assert "unknown setting in the environment: NODEPLAN_SHADOW" in result.stderr
     else:
         assert result.exit_code == 0, result.output
+        assert seen[0].shadow is True and seen[0].leader_elect is False  # a Lease is a write
+        assert str(seen[0].shadow_options.record) == env["NODEPLAN_SHADOW_RECORD"]
+
+
+def test_shadow_rbac_is_the_read_only_permission_table(helm: str) -> None:
+    """settings.shadow renders read-only RBAC: exactly the rows shadow mode checks, no Role (no Lease)."""
+    objects = render(helm, "settings.shadow=true")
+    assert permissions.rbac_rules(objects) == permissions.required_rules(permissions.required(shadow=True))
+    assert all(verb in ("get", "list", "watch") for _, _, verb, _ in permissions.rbac_rules(objects))
+    assert not [o for o in objects if o["kind"] in ("Role", "RoleBinding")]
+    assert env_of(one(objects, "Deployment"))["NODEPLAN_LEADER_ELECT"] == "false"
