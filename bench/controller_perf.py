@@ -1,41 +1,75 @@
-"""``make bench-controller``: Karpenter's perf-suite scale-out on the real control plane.
+"""``make bench-controller``: nodeplan and the real Karpenter, side by side, on the real control plane.
 
-Starts a private control plane (``hack/control-plane``), runs ``nodeplan run`` as its own process, creates
-Deployments totalling N pending pods (default 1,000, Karpenter's perf scenario) and measures the time from
-creation until every pod is Running (bound by the real kube-scheduler to KWOK nodes), the controller's CPU
-seconds and peak resident memory (``/proc``), and the reserved utilisation of the nodes it launched (pod
-requests over node allocatable) — beside Karpenter's bar: < 2 min, cpu > 53 %, memory > 65 %.
+For each catalog (``--catalogs``) and each controller (``--controllers``: ``nodeplan run`` and Karpenter's KWOK
+provider, ``hack/karpenter-kwok``), on a fresh control plane of its own (``hack/control-plane``):
+
+1. **Scale-out** (Karpenter's perf-suite scenario): Deployments totalling N pending pods (default 1,000; the same
+   Deployments for both controllers, seeded); the time from their creation until every pod is Running (bound by
+   the real kube-scheduler to KWOK nodes), the NodeClaims launched and their $/h, and the reserved utilisation.
+2. **Fragmented scale-down**: every Deployment is scaled to ``--keep`` of its replicas (the ReplicaSets pick the
+   pods to delete, leaving holes on most nodes); the controller consolidates until its NodeClaims have not
+   changed for ``--settle`` seconds: the end state's $/h and the saving.
+
+Controller CPU seconds and peak resident memory are read from ``/proc`` of the controller process. The lower
+bound of each state (all its pods pending, no nodes) is the solver's certified bound (``plan.cost.lower_bound``),
+computed offline after the live runs so it does not steal CPU from them.
+
+Catalogs: ``kwok`` is the KWOK provider's own (Karpenter runs its built-in list; nodeplan its copy of it).
+``aws-like`` is ``fixtures/catalogs/aws-like.yaml`` restricted to the c/m/r families (the benchmark's
+general-purpose pool); Karpenter's KWOK provider reads instance types from the JSON file named by
+``INSTANCE_TYPES_FILE_PATH``, which this module writes from that catalog. Karpenter's provider always subtracts
+its own overhead (100m CPU, 10Mi), so each type's capacity is written as the catalog's allocatable plus that
+overhead: both controllers then see the same allocatable per type, which is all scheduling depends on.
+
+Karpenter binds its metrics and health ports on every interface (it has no bind-address option); it gets two
+currently free ports (``hack/karpenter-kwok/run.sh``). nodeplan binds nothing (``--metrics-port 0``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 from kubernetes import client, dynamic
 
-from bench.workloads import CPU_CHOICES, KWOK_NODECLASS, MEMORY_CHOICES, deployment
+from bench.workloads import CPU_CHOICES, KWOK_NODECLASS, MEMORY_CHOICES, deployment, pod
 from controller.run import api_client
-from model.quantity import quantity_int
+from model.instancetype import InstanceType
+from model.quantity import format_quantity, quantity_int
+from model.snapshot import parse_objects
+from providers.catalog_file import load_catalog
+from providers.kwok import kwok_catalog
+from solver.provision import SolveOptions, solve
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTROL_PLANE = ROOT / "hack" / "control-plane"
+KARPENTER_KWOK = ROOT / "hack" / "karpenter-kwok"
+AWS_LIKE = ROOT / "fixtures" / "catalogs" / "aws-like.yaml"
+#: the aws-like catalog's general-purpose families (as bench/scenarios.py's pool selects them)
+AWS_CATEGORIES = ("c", "m", "r")
+#: what Karpenter's KWOK provider subtracts from every instance type's capacity (kwok/cloudprovider/helpers.go)
+KARPENTER_KWOK_OVERHEAD = {"cpu": 100, "memory": 10 * 2**20}
 NAMESPACE = "perf"
 NODEPOOL = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
             "spec": {"template": {"spec": {
                 "requirements": [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}],
                 "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}}}}}
 NODECLASS = KWOK_NODECLASS
-COLUMNS = ("pods", "to all Running s", "NodeClaims", "cpu reserved", "memory reserved", "controller cpu s",
-           "controller peak MiB", "Karpenter's bar")
+COLUMNS = ("catalog", "controller", "pods", "to all Running s", "NodeClaims", "$/h", "bound $/h", "cpu reserved",
+           "memory reserved", "scale-down pods", "settled s", "NodeClaims after", "$/h after", "saving $/h",
+           "bound after $/h", "controller cpu s", "controller peak MiB")
 
 
 def _apply(api: client.ApiClient, obj: dict[str, Any]) -> None:
@@ -55,6 +89,10 @@ def _deployments(total: int, seed: int) -> list[dict[str, Any]]:
     return out
 
 
+def _kept(replicas: int, keep: float) -> int:
+    return max(1, round(replicas * keep))
+
+
 def _proc(pid: int) -> tuple[float, float]:
     """CPU seconds (user + system) and peak resident MiB of a live process."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -70,72 +108,296 @@ def _utilisation(core: client.CoreV1Api) -> tuple[float, float]:
     alloc = [sum(quantity_int(r, n.status.allocatable.get(r, "0")) for n in nodes) for r in ("cpu", "memory")]
     names = {n.metadata.name for n in nodes}
     used = [0, 0]
-    for pod in core.list_namespaced_pod(NAMESPACE).items:
-        if pod.spec.node_name in names:
-            for c in pod.spec.containers:
+    for p in core.list_namespaced_pod(NAMESPACE).items:
+        if p.spec.node_name in names:
+            for c in p.spec.containers:
                 requests = (c.resources.requests or {}) if c.resources else {}
                 used[0] += quantity_int("cpu", requests.get("cpu", "0"))
                 used[1] += quantity_int("memory", requests.get("memory", "0"))
     return used[0] / max(alloc[0], 1), used[1] / max(alloc[1], 1)
 
 
-def run(pods: int, seed: int, timeout: float) -> list[str]:
-    bin_dir = subprocess.run([str(CONTROL_PLANE / "build.sh")], check=True, capture_output=True,
-                             text=True).stdout.strip().splitlines()[-1]
-    with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "NODEPLAN_CLUSTER_DIR": f"{tmp}/cluster", "NODEPLAN_CONTROL_PLANE_BIN": bin_dir}
+# --- catalogs -----------------------------------------------------------------------------------------------
+
+@dataclass
+class Catalog:
+    name: str
+    instance_types: tuple[InstanceType, ...]
+    #: ``nodeplan run --catalog`` (None: its built-in KWOK catalog)
+    nodeplan_file: Path | None = None
+    #: Karpenter's ``INSTANCE_TYPES_FILE_PATH`` (None: its built-in KWOK catalog)
+    karpenter_file: Path | None = None
+
+    def price(self, instance_type: str, zone: str, capacity_type: str) -> float:
+        for it in self.instance_types:
+            if it.name == instance_type:
+                for offering in it.offerings:
+                    if offering.zone == zone and offering.capacity_type == capacity_type:
+                        return offering.price
+        raise KeyError(f"catalog {self.name} has no offering {instance_type}/{zone}/{capacity_type}")
+
+
+def karpenter_instance_types(instance_types: Sequence[InstanceType]) -> list[dict[str, Any]]:
+    """Instance types in the JSON format of Karpenter's KWOK provider (``kwok/cloudprovider/instance_types.json``),
+    with capacity = nodeplan's allocatable + the overhead the provider subtracts."""
+    out = []
+    for it in instance_types:
+        resources = {name: format_quantity(name, it.allocatable[name] + KARPENTER_KWOK_OVERHEAD[name]
+                                           if name in KARPENTER_KWOK_OVERHEAD else value)
+                     for name, value in sorted(it.capacity.items())}
+        out.append({
+            "name": it.name,
+            "offerings": [{"Price": o.price, "Available": o.available, "Requirements": [
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": [o.capacity_type]},
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [o.zone]}]}
+                for o in it.offerings],
+            "architecture": it.labels.get("kubernetes.io/arch", "amd64"),
+            "operatingSystems": [it.labels.get("kubernetes.io/os", "linux")],
+            "resources": resources,
+        })
+    return out
+
+
+def catalog(name: str, workdir: Path) -> Catalog:
+    if name == "kwok":
+        return Catalog("kwok", tuple(kwok_catalog()))
+    if name != "aws-like":
+        raise SystemExit(f"unknown catalog {name!r} (kwok, aws-like)")
+    document = yaml.safe_load(AWS_LIKE.read_text())
+    document["instanceTypes"] = [t for t in document["instanceTypes"]
+                                 if t["labels"].get("karpenter.k8s.aws/instance-category") in AWS_CATEGORIES]
+    nodeplan_file = workdir / "aws-like-cmr.yaml"
+    nodeplan_file.write_text(yaml.safe_dump(document, sort_keys=False))
+    types = tuple(load_catalog(nodeplan_file))
+    karpenter_file = workdir / "aws-like-cmr.karpenter.json"
+    karpenter_file.write_text(json.dumps(karpenter_instance_types(types), indent=1))
+    return Catalog("aws-like", types, nodeplan_file, karpenter_file)
+
+
+def lower_bound(cat: Catalog, deployments: Sequence[dict[str, Any]], time_limit: float) -> float:
+    """The solver's certified lower bound ($/h) for every pod of ``deployments`` pending on an empty cluster."""
+    objects: list[dict[str, Any]] = [NODEPOOL]
+    for d in deployments:
+        requests = d["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]
+        for i in range(d["spec"]["replicas"]):
+            objects.append(pod(f"{d['metadata']['name']}-{i}", namespace=NAMESPACE, cpu=requests["cpu"],
+                               memory=requests["memory"], labels=d["spec"]["selector"]["matchLabels"],
+                               owner=f"{d['metadata']['name']}-rs"))
+    snapshot = parse_objects(objects, source="bench").with_catalog(cat.instance_types)
+    return solve(snapshot, SolveOptions(time_limit=time_limit)).plan.cost.lower_bound
+
+
+# --- one run ------------------------------------------------------------------------------------------------
+
+@dataclass
+class Result:
+    catalog: str
+    controller: str
+    pods: int
+    running_s: float | None = None
+    running: int = 0
+    claims: int = 0
+    cost: float = 0.0
+    cpu_reserved: float = 0.0
+    memory_reserved: float = 0.0
+    kept_pods: int = 0
+    settled_s: float | None = None
+    claims_after: int = 0
+    cost_after: float = 0.0
+    cpu_s: float = 0.0
+    peak_mib: float = 0.0
+    bounds: dict[str, float] = field(default_factory=dict)
+
+
+@contextmanager
+def _fresh_cluster(tmp: str, bin_dir: str) -> Iterator[tuple[client.ApiClient, str]]:
+    env = {**os.environ, "NODEPLAN_CLUSTER_DIR": f"{tmp}/cluster", "NODEPLAN_CONTROL_PLANE_BIN": bin_dir}
+    try:
         subprocess.run([str(CONTROL_PLANE / "cluster.sh"), "up"], check=True, env=env, capture_output=True)
-        controller = None
+        kubeconfig = f"{tmp}/cluster/kubeconfig"
+        yield api_client(kubeconfig), kubeconfig
+    finally:
+        subprocess.run([str(CONTROL_PLANE / "cluster.sh"), "down"], env=env, capture_output=True, check=False)
+
+
+def _install_crds(api: client.ApiClient, paths: Sequence[Path]) -> None:
+    ext = client.ApiextensionsV1Api(api)
+    names = []
+    for path in paths:
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                _apply(api, doc)
+                names.append(doc["metadata"]["name"])
+    deadline = time.monotonic() + 60
+    while not all(any(c.type == "Established" and c.status == "True"
+                      for c in ext.read_custom_resource_definition(n).status.conditions or []) for n in names):
+        if time.monotonic() > deadline:
+            raise RuntimeError("CRDs not Established after 60s")
+        time.sleep(0.5)
+
+
+def _controller(kind: str, cat: Catalog, kubeconfig: str, karpenter_bin: str, log: Any) -> subprocess.Popen[bytes]:
+    if kind == "nodeplan":
+        command = [str(Path(sys.executable).parent / "nodeplan"), "run", "--kubeconfig", kubeconfig,
+                   "--metrics-port", "0", "--health-port", "0"]
+        if cat.nodeplan_file is not None:
+            command += ["--catalog", str(cat.nodeplan_file)]
+        return subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    env = {**os.environ, "KARPENTER_KWOK_BIN": karpenter_bin}
+    if cat.karpenter_file is not None:
+        env["INSTANCE_TYPES_FILE_PATH"] = str(cat.karpenter_file)
+    return subprocess.Popen([str(KARPENTER_KWOK / "run.sh"), kubeconfig], cwd=ROOT, stdout=log,
+                            stderr=subprocess.STDOUT, env=env)
+
+
+def _claims(api: client.ApiClient) -> list[dict[str, Any]]:
+    items = client.CustomObjectsApi(api).list_cluster_custom_object("karpenter.sh", "v1", "nodeclaims")["items"]
+    return [c for c in items if not c["metadata"].get("deletionTimestamp")]
+
+
+def _cost(cat: Catalog, claims: Sequence[dict[str, Any]]) -> float:
+    total = 0.0
+    for c in claims:
+        labels = c["metadata"].get("labels") or {}
+        total += cat.price(labels["node.kubernetes.io/instance-type"], labels["topology.kubernetes.io/zone"],
+                           labels["karpenter.sh/capacity-type"])
+    return total
+
+
+def _running(core: client.CoreV1Api) -> tuple[int, int]:
+    items = core.list_namespaced_pod(NAMESPACE).items
+    live = [p for p in items if not p.metadata.deletion_timestamp]
+    return sum(1 for p in live if p.status.phase == "Running"), len(live)
+
+
+def run(kind: str, cat: Catalog, deployments: Sequence[dict[str, Any]], *, keep: float, settle: float,
+        timeout: float, bin_dir: str, karpenter_bin: str, karpenter_crds: Path) -> Result:
+    pods = sum(d["spec"]["replicas"] for d in deployments)
+    result = Result(cat.name, kind, pods)
+    with tempfile.TemporaryDirectory() as tmp, _fresh_cluster(tmp, bin_dir) as (api, kubeconfig):
+        crds = sorted((ROOT / "deploy" / "crds").glob("*.yaml")) if kind == "nodeplan" else sorted(
+            (karpenter_crds / "kwok").glob("*.yaml"))
+        _install_crds(api, crds)
+        core = client.CoreV1Api(api)
+        core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        _apply(api, NODECLASS)
+        _apply(api, NODEPOOL)
+        log = open(f"{tmp}/controller.log", "wb")  # noqa: SIM115 - lives as long as the process
+        controller = _controller(kind, cat, kubeconfig, karpenter_bin, log)
         try:
-            kubeconfig = f"{tmp}/cluster/kubeconfig"
-            api = api_client(kubeconfig)
-            for crd in sorted((ROOT / "deploy" / "crds").glob("*.yaml")):
-                _apply(api, yaml.safe_load(crd.read_text()))
-            time.sleep(2.0)  # CRDs established
-            core = client.CoreV1Api(api)
-            core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-            _apply(api, NODECLASS)
-            _apply(api, NODEPOOL)
-            log = open(f"{tmp}/controller.log", "w")  # noqa: SIM115 - lives as long as the process
-            command = [str(Path(sys.executable).parent / "nodeplan"), "run", "--kubeconfig", kubeconfig,
-                       "--metrics-port", "0", "--health-port", "0", "--no-consolidation"]
-            controller = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-            time.sleep(3.0)
+            time.sleep(5.0)  # both controllers list and watch before the pods arrive
+            if controller.poll() is not None:
+                raise RuntimeError(f"{kind} exited: {Path(f'{tmp}/controller.log').read_text()[-2000:]}")
             started = time.monotonic()
-            for deployment in _deployments(pods, seed):
-                _apply(api, deployment)
-            running = 0
+            for d in deployments:
+                _apply(api, d)
             while time.monotonic() - started < timeout:
-                items = core.list_namespaced_pod(NAMESPACE).items
-                running = sum(1 for p in items if p.status.phase == "Running")
-                if running >= pods:
+                result.running, _ = _running(core)
+                if result.running >= pods:
+                    result.running_s = time.monotonic() - started
                     break
                 time.sleep(1.0)
-            elapsed = time.monotonic() - started
-            cpu_s, peak = _proc(controller.pid)
-            claims = client.CustomObjectsApi(api).list_cluster_custom_object("karpenter.sh", "v1", "nodeclaims")
-            cpu_u, mem_u = _utilisation(core)
-            done = running >= pods
-            bar = "met" if done and elapsed < 120 and cpu_u > 0.53 and mem_u > 0.65 else "missed"
-            return [str(pods), f"{elapsed:.1f}" if done else f"timeout ({running} Running)",
-                    str(len(claims["items"])), f"{cpu_u:.0%}", f"{mem_u:.0%}", f"{cpu_s:.1f}", f"{peak:.0f}", bar]
+            claims = _claims(api)
+            result.claims, result.cost = len(claims), _cost(cat, claims)
+            result.cpu_reserved, result.memory_reserved = _utilisation(core)
+            if keep < 1.0 and result.running_s is not None:
+                _scale_down(api, core, cat, deployments, keep, settle, timeout, result)
+            result.cpu_s, result.peak_mib = _proc(controller.pid)
         finally:
-            if controller is not None:
-                controller.terminate()
-                controller.wait(30)
-            subprocess.run([str(CONTROL_PLANE / "cluster.sh"), "down"], env=env, capture_output=True, check=False)
+            stop(controller)
+            log.close()
+    return result
+
+
+def stop(process: subprocess.Popen[bytes], grace: float = 30.0) -> None:
+    """SIGTERM, then SIGKILL once ``grace`` seconds have passed: a controller gets to shut down cleanly."""
+    process.terminate()
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
+
+
+def _scale_down(api: client.ApiClient, core: client.CoreV1Api, cat: Catalog, deployments: Sequence[dict[str, Any]],
+                keep: float, settle: float, timeout: float, result: Result) -> None:
+    apps = client.AppsV1Api(api)
+    result.kept_pods = sum(_kept(d["spec"]["replicas"], keep) for d in deployments)
+    started = time.monotonic()
+    for d in deployments:
+        apps.patch_namespaced_deployment_scale(d["metadata"]["name"], NAMESPACE,
+                                               {"spec": {"replicas": _kept(d["spec"]["replicas"], keep)}})
+    names: frozenset[str] = frozenset()
+    changed = time.monotonic()
+    while time.monotonic() - started < timeout:
+        claims = _claims(api)
+        now = frozenset(c["metadata"]["name"] for c in claims)
+        if now != names:
+            names, changed = now, time.monotonic()
+        running, live = _running(core)
+        if running == live == result.kept_pods and time.monotonic() - changed >= settle:
+            result.settled_s = changed - started
+            break
+        time.sleep(2.0)
+    claims = _claims(api)
+    result.claims_after, result.cost_after = len(claims), _cost(cat, claims)
+
+
+# --- table --------------------------------------------------------------------------------------------------
+
+def _row(r: Result) -> list[str]:
+    out = "-" if r.running_s is None else f"{r.running_s:.1f}"
+    if r.running_s is None:
+        out = f"timeout ({r.running} Running)"
+    scaled = r.kept_pods > 0
+    return [r.catalog, r.controller, str(r.pods), out, str(r.claims), f"{r.cost:.2f}",
+            f"{r.bounds.get('out', 0):.2f}", f"{r.cpu_reserved:.0%}", f"{r.memory_reserved:.0%}",
+            str(r.kept_pods) if scaled else "-",
+            ("-" if not scaled else "not settled" if r.settled_s is None else f"{r.settled_s:.0f}"),
+            str(r.claims_after) if scaled else "-", f"{r.cost_after:.2f}" if scaled else "-",
+            f"{r.cost - r.cost_after:.2f}" if scaled else "-",
+            f"{r.bounds.get('after', 0):.2f}" if scaled else "-", f"{r.cpu_s:.1f}", f"{r.peak_mib:.0f}"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--pods", default="1000")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pods", default="1000", help="comma-separated scale-out sizes")
+    parser.add_argument("--catalogs", default="kwok,aws-like")
+    parser.add_argument("--controllers", default="karpenter,nodeplan")
+    parser.add_argument("--keep", type=float, default=0.3,
+                        help="share of each Deployment's replicas kept by the scale-down (1: no scale-down)")
+    parser.add_argument("--settle", type=float, default=60.0,
+                        help="seconds without a NodeClaim change that end the consolidation phase")
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--timeout", type=float, default=600.0, help="per phase")
+    parser.add_argument("--bound-time-limit", type=float, default=30.0)
     args = parser.parse_args(argv)
+    bin_dir = subprocess.run([str(CONTROL_PLANE / "build.sh")], check=True, capture_output=True,
+                             text=True).stdout.strip().splitlines()[-1]
+    controllers = [c.strip() for c in args.controllers.split(",") if c.strip()]
+    karpenter_bin = ""
+    if "karpenter" in controllers:
+        karpenter_bin = subprocess.run([str(KARPENTER_KWOK / "build.sh")], check=True, capture_output=True,
+                                       text=True).stdout.strip().splitlines()[-1]
+    karpenter_crds = Path(karpenter_bin).parent / "crds" if karpenter_bin else Path()
     print("| " + " | ".join(COLUMNS) + " |")
-    print("|" + "---|" * len(COLUMNS))
-    for n in (int(p) for p in args.pods.split(",")):
-        print("| " + " | ".join(run(n, args.seed, args.timeout)) + " |", flush=True)
+    print("|" + "---|" * len(COLUMNS), flush=True)
+    with tempfile.TemporaryDirectory() as workdir:
+        for catalog_name in (c.strip() for c in args.catalogs.split(",") if c.strip()):
+            cat = catalog(catalog_name, Path(workdir))
+            for n in (int(p) for p in args.pods.split(",")):
+                deployments = _deployments(n, args.seed)
+                results = [run(kind, cat, deployments, keep=args.keep, settle=args.settle, timeout=args.timeout,
+                               bin_dir=bin_dir, karpenter_bin=karpenter_bin, karpenter_crds=karpenter_crds)
+                           for kind in controllers]
+                bounds = {"out": lower_bound(cat, deployments, args.bound_time_limit)}
+                if args.keep < 1.0:
+                    kept = [{**d, "spec": {**d["spec"], "replicas": _kept(d["spec"]["replicas"], args.keep)}}
+                            for d in deployments]
+                    bounds["after"] = lower_bound(cat, kept, args.bound_time_limit)
+                for r in results:
+                    r.bounds = bounds
+                    print("| " + " | ".join(_row(r)) + " |", flush=True)
     return 0
 
 

@@ -40,6 +40,194 @@ QUANTITY: dict[str, Any] = {
 ROOT_FIELDS = ("apiVersion", "kind", "metadata")
 
 
+#: Label keys and values as Kubernetes validates them (qualified name; a value of at most 63 characters).
+LABEL_KEY_PATTERN = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*(\/))?"
+                     r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+#: Go durations as Karpenter accepts them (``Never`` where a duration may be switched off).
+DURATION_OR_NEVER_PATTERN = r"^(([0-9]+(s|m|h))+|Never)$"
+DURATION_PATTERN = r"^([0-9]+(s|m|h))+$"
+CONDITION_TYPE_PATTERN = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                          r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$")
+DATE_TIME: dict[str, Any] = {"type": "string", "format": "date-time"}
+
+
+def _cel(rule: str, message: str) -> dict[str, str]:
+    return {"message": message, "rule": rule}
+
+
+def _not_empty(what: str) -> dict[str, Any]:
+    return {"x-kubernetes-validations": [_cel("self != ''", f"{what} may not be empty")]}
+
+
+#: Karpenter's validation of the ``karpenter.sh/v1`` API, keyed by schema path (``[]`` = array items,
+#: ``{}`` = map values): the CEL rules (``x-kubernetes-validations``), patterns, bounds, list/map types and
+#: defaults that sigs.k8s.io/karpenter v1.15.0 publishes in ``pkg/apis/crds``. They are layered onto the
+#: model-derived schema so the API server rejects exactly what Karpenter's CRDs reject, and a cluster can
+#: swap one set of CRDs for the other (tests/e2e/test_karpenter_compat.py checks both directions).
+_RESTRICTED_DOMAIN = ('self in ["karpenter.sh/capacity-type", "karpenter.sh/nodepool"] || '
+                      '!self.find("^([^/]+)").endsWith("karpenter.sh")')
+_OPERATOR_RULES = [
+    _cel("self.all(x, x.operator == 'In' ? x.values.size() != 0 : true)",
+         "requirements with operator 'In' must have a value defined"),
+    _cel("self.all(x, (x.operator == 'Gt' || x.operator == 'Lt' || x.operator == 'Gte' || x.operator == 'Lte') ? "
+         "(x.values.size() == 1 && int(x.values[0]) >= 0) : true)",
+         "requirements operator 'Gt', 'Lt', 'Gte', or 'Lte' must have a single positive integer value"),
+    _cel("self.all(x, (x.operator == 'In' && has(x.minValues)) ? x.values.size() >= x.minValues : true)",
+         "requirements with 'minValues' must have at least that many values specified in the 'values' field"),
+]
+_TAINTS: dict[str, Any] = {"x-kubernetes-list-type": "atomic"}
+_TAINT_KEY: dict[str, Any] = {"minLength": 1, "pattern": LABEL_KEY_PATTERN}
+_TAINT_VALUE: dict[str, Any] = {"pattern": LABEL_KEY_PATTERN}
+
+
+def _claim_spec_rules(prefix: str, *, in_nodepool: bool) -> dict[str, dict[str, Any]]:
+    """Rules shared by ``NodePool.spec.template.spec`` and ``NodeClaim.spec`` (a NodeClaim may carry the
+    ``karpenter.sh/nodepool`` requirement; its whole spec is immutable instead of just the class reference)."""
+    key_rules = [_cel(_RESTRICTED_DOMAIN, 'label domain "karpenter.sh" is restricted')]
+    if in_nodepool:
+        key_rules.append(_cel('self != "karpenter.sh/nodepool"', 'label "karpenter.sh/nodepool" is restricted'))
+    key_rules.append(_cel('self != "kubernetes.io/hostname"', 'label "kubernetes.io/hostname" is restricted'))
+    return {
+        prefix: {"required": ["nodeClassRef", "requirements"], **({} if in_nodepool else {
+            "x-kubernetes-validations": [_cel("self == oldSelf", "spec is immutable")]})},
+        f"{prefix}.expireAfter": {"pattern": DURATION_OR_NEVER_PATTERN},
+        f"{prefix}.terminationGracePeriod": {"pattern": DURATION_PATTERN},
+        f"{prefix}.nodeClassRef": {"required": ["group", "kind", "name"], **({"x-kubernetes-validations": [
+            _cel("self.group == oldSelf.group", "nodeClassRef.group is immutable"),
+            _cel("self.kind == oldSelf.kind", "nodeClassRef.kind is immutable")]} if in_nodepool else {})},
+        f"{prefix}.nodeClassRef.group": {"pattern": r"^[^/]*$", **_not_empty("group")},
+        f"{prefix}.nodeClassRef.kind": _not_empty("kind"),
+        f"{prefix}.nodeClassRef.name": _not_empty("name"),
+        f"{prefix}.requirements": {"maxItems": 100, "x-kubernetes-list-type": "atomic",
+                                   "x-kubernetes-validations": _OPERATOR_RULES},
+        f"{prefix}.requirements[]": {"required": ["key", "operator"]},
+        f"{prefix}.requirements[].key": {"maxLength": 316, "pattern": LABEL_KEY_PATTERN,
+                                         "x-kubernetes-validations": key_rules},
+        f"{prefix}.requirements[].minValues": {"minimum": 1, "maximum": 50},
+        # Karpenter puts the label-value bounds on the array itself (where the API server ignores them).
+        f"{prefix}.requirements[].values": {"x-kubernetes-list-type": "atomic", "maxLength": 63,
+                                            "pattern": LABEL_VALUE_PATTERN},
+        f"{prefix}.taints": _TAINTS,
+        f"{prefix}.taints[]": {"required": ["effect", "key"]},
+        f"{prefix}.taints[].key": _TAINT_KEY,
+        f"{prefix}.taints[].value": _TAINT_VALUE,
+        f"{prefix}.startupTaints": _TAINTS,
+        f"{prefix}.startupTaints[]": {"required": ["effect", "key"]},
+        f"{prefix}.startupTaints[].key": _TAINT_KEY,
+        f"{prefix}.startupTaints[].value": _TAINT_VALUE,
+    }
+
+
+def _condition_rules(prefix: str, *, required: list[str], reason_pattern: str,
+                     reason_min: int | None) -> dict[str, dict[str, Any]]:
+    """metav1.Condition as Karpenter's status types validate it (a list-map keyed by ``type``)."""
+    reason: dict[str, Any] = {"maxLength": 1024, "pattern": reason_pattern}
+    if reason_min is not None:
+        reason["minLength"] = reason_min
+    return {
+        prefix: {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+        f"{prefix}[]": {"required": required},
+        f"{prefix}[].lastTransitionTime": {"format": "date-time"},
+        f"{prefix}[].message": {"maxLength": 32768},
+        f"{prefix}[].reason": reason,
+        f"{prefix}[].status": {"enum": ["True", "False", "Unknown"], "default": None},
+        f"{prefix}[].type": {"maxLength": 316, "pattern": CONDITION_TYPE_PATTERN},
+    }
+
+
+#: Fields of Karpenter's API that nodeplan carries but does not interpret: kept in the schema so the API server
+#: stores (rather than prunes) what Karpenter writes, and so the CEL rules that name them compile.
+_TIME_ADDED = {"timeAdded": DATE_TIME}
+_OBSERVED_GENERATION = {"observedGeneration": {"type": "integer", "format": "int64", "minimum": 0}}
+NODEPOOL_EXTRA_PROPERTIES: dict[str, dict[str, Any]] = {
+    "spec": {"replicas": {"type": "integer", "format": "int64", "minimum": 0}},
+    "spec.template.spec.taints[]": _TIME_ADDED,
+    "spec.template.spec.startupTaints[]": _TIME_ADDED,
+    "status": {"nodeClassObservedGeneration": {"type": "integer", "format": "int64"}},
+    "status.conditions[]": _OBSERVED_GENERATION,
+}
+NODECLAIM_EXTRA_PROPERTIES: dict[str, dict[str, Any]] = {
+    "spec.taints[]": _TIME_ADDED,
+    "spec.startupTaints[]": _TIME_ADDED,
+    "status": {"lastPodEventTime": DATE_TIME},
+    "status.conditions[]": _OBSERVED_GENERATION,
+}
+NODEPOOL_RULES: dict[str, dict[str, Any]] = {
+    "": {"required": ["spec"]},
+    "spec": {"required": ["template"], "x-kubernetes-validations": [
+        _cel("has(self.replicas) == has(oldSelf.replicas)",
+             "Cannot transition NodePool between static (replicas set) and dynamic (replicas unset) "
+             "provisioning modes"),
+        _cel("!has(self.replicas) || (!has(self.limits) || size(self.limits) == 0 || "
+             "(size(self.limits) == 1 && 'nodes' in self.limits))",
+             "only 'limits.nodes' is supported on static NodePools"),
+        _cel("!has(self.replicas) || !has(self.weight)", "'weight' is not supported on static NodePools"),
+    ]},
+    "spec.weight": {"format": "int32"},
+    "spec.disruption": {"default": {"consolidateAfter": "0s"}},
+    "spec.disruption.consolidateAfter": {"pattern": DURATION_OR_NEVER_PATTERN},
+    "spec.disruption.budgets": {"maxItems": 50, "x-kubernetes-list-type": "atomic", "x-kubernetes-validations": [
+        _cel("self.all(x, has(x.schedule) == has(x.duration))", "'schedule' must be set with 'duration'")]},
+    "spec.disruption.budgets[]": {"required": ["nodes"]},
+    "spec.disruption.budgets[].nodes": {"pattern": r"^((100|[0-9]{1,2})%|[0-9]+)$"},
+    "spec.disruption.budgets[].duration": {"pattern": r"^((([0-9]+(h|m))|([0-9]+h[0-9]+m))(0s)?)$"},
+    "spec.disruption.budgets[].schedule": {
+        "pattern": r"^(@(annually|yearly|monthly|weekly|daily|midnight|hourly))|((.+)\s(.+)\s(.+)\s(.+)\s(.+))$"},
+    "spec.disruption.budgets[].reasons": {"maxItems": 50, "x-kubernetes-list-type": "set"},
+    # Karpenter also lets a budget name Unhealthy (node repair), which nodeplan does not perform.
+    "spec.disruption.budgets[].reasons[]": {"enum": ["Underutilized", "Empty", "Drifted", "Unhealthy"]},
+    "spec.template": {"required": ["spec"]},
+    "spec.template.metadata.annotations": {"x-kubernetes-map-type": "granular"},
+    "spec.template.metadata.labels": {"maxProperties": 100, "x-kubernetes-map-type": "atomic",
+                                      "x-kubernetes-validations": [
+        _cel(f"self.all(x, {_RESTRICTED_DOMAIN.replace('self', 'x')})", 'label domain "karpenter.sh" is restricted'),
+        _cel('self.all(x, x != "karpenter.sh/nodepool")', 'label "karpenter.sh/nodepool" is restricted'),
+        _cel('self.all(x, x != "kubernetes.io/hostname")', 'label "kubernetes.io/hostname" is restricted')]},
+    "spec.template.metadata.labels{}": {"maxLength": 63, "pattern": LABEL_VALUE_PATTERN},
+    **_claim_spec_rules("spec.template.spec", in_nodepool=True),
+    "status.nodes": {"default": 0, "format": "int64"},
+    **_condition_rules("status.conditions", required=["lastTransitionTime", "message", "reason", "status", "type"],
+                       reason_pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$", reason_min=1),
+}
+NODECLAIM_RULES: dict[str, dict[str, Any]] = {
+    "": {"required": ["spec"]},
+    **_claim_spec_rules("spec", in_nodepool=False),
+    **_condition_rules("status.conditions", required=["lastTransitionTime", "status", "type"],
+                       reason_pattern=r"^([A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?|)$", reason_min=None),
+}
+
+
+def _node(schema: dict[str, Any], path: str) -> dict[str, Any]:
+    """The sub-schema at a rule path; a path the model does not have is a bug in the tables above."""
+    node = schema
+    for part in filter(None, path.replace("[]", ".[]").replace("{}", ".{}").split(".")):
+        if part == "[]":
+            node = node["items"]
+        elif part == "{}":
+            node = node["additionalProperties"]
+        else:
+            node = node["properties"][part]
+    return node
+
+
+def overlay(schema: dict[str, Any], rules: dict[str, dict[str, Any]],
+            extra_properties: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Layer Karpenter's validation (and the fields only it interprets) onto a model-derived schema."""
+    for path, properties in extra_properties.items():
+        _node(schema, path).setdefault("properties", {}).update(copy.deepcopy(properties))
+    for path, keywords in rules.items():
+        node = _node(schema, path)
+        for key, value in keywords.items():
+            if key == "required":
+                node["required"] = sorted(set(node.get("required", [])) | set(value))
+            elif value is None:  # a model default Karpenter does not have (its field is required instead)
+                node.pop(key, None)
+            else:
+                node[key] = copy.deepcopy(value)
+    return schema
+
+
 @dataclass(frozen=True)
 class CrdSpec:
     model: type[BaseModel]
@@ -52,6 +240,11 @@ class CrdSpec:
     categories: tuple[str, ...] = ()
     columns: tuple[dict[str, Any], ...] = ()
     version: str = "v1"
+    #: API-server validation beyond what the model's types express (see ``overlay``).
+    rules: tuple[tuple[str, dict[str, Any]], ...] = ()
+    extra_properties: tuple[tuple[str, dict[str, Any]], ...] = ()
+    #: The ``scale`` subresource (Karpenter's static NodePools scale through ``spec.replicas``).
+    scale: tuple[tuple[str, str], ...] = ()
 
     @property
     def name(self) -> str:
@@ -74,7 +267,9 @@ CRDS: tuple[CrdSpec, ...] = (
             columns=(_column("NodeClass", ".spec.template.spec.nodeClassRef.name"),
                      _column("Nodes", ".status.nodes"),
                      _column("Weight", ".spec.weight", "integer", priority=1),
-                     _column("Age", ".metadata.creationTimestamp", "date"))),
+                     _column("Age", ".metadata.creationTimestamp", "date")),
+            rules=tuple(NODEPOOL_RULES.items()), extra_properties=tuple(NODEPOOL_EXTRA_PROPERTIES.items()),
+            scale=(("specReplicasPath", ".spec.replicas"), ("statusReplicasPath", ".status.nodes"))),
     CrdSpec(NodeClaim, "karpenter.sh", "NodeClaim", "nodeclaims", "nodeclaim", "Cluster", categories=("karpenter",),
             columns=(_column("Type", ".metadata.labels.node\\.kubernetes\\.io/instance-type"),
                      _column("Capacity", ".metadata.labels.karpenter\\.sh/capacity-type"),
@@ -83,7 +278,8 @@ CRDS: tuple[CrdSpec, ...] = (
                      _column("Ready", ".status.conditions[?(@.type==\"Initialized\")].status"),
                      _column("Age", ".metadata.creationTimestamp", "date"),
                      _column("ID", ".status.providerID", priority=1),
-                     _column("NodePool", ".metadata.labels.karpenter\\.sh/nodepool", priority=1))),
+                     _column("NodePool", ".metadata.labels.karpenter\\.sh/nodepool", priority=1)),
+            rules=tuple(NODECLAIM_RULES.items()), extra_properties=tuple(NODECLAIM_EXTRA_PROPERTIES.items())),
     CrdSpec(KWOKNodeClass, "karpenter.kwok.sh", "KWOKNodeClass", "kwoknodeclasses", "kwoknodeclass", "Cluster",
             categories=("karpenter",), version="v1alpha1"),
     CrdSpec(EC2NodeClass, "karpenter.k8s.aws", "EC2NodeClass", "ec2nodeclasses", "ec2nodeclass", "Cluster",
@@ -198,13 +394,15 @@ def object_schema(model: type[BaseModel], *, root: bool = False) -> dict[str, An
 
 def crd(spec: CrdSpec) -> dict[str, Any]:
     """The ``apiextensions.k8s.io/v1`` CustomResourceDefinition for one API model."""
-    schema = object_schema(spec.model, root=True)
+    schema = overlay(object_schema(spec.model, root=True), dict(spec.rules), dict(spec.extra_properties))
     version: dict[str, Any] = {"name": spec.version, "served": True, "storage": True, "schema": {
         "openAPIV3Schema": schema}}
     if spec.columns:
         version["additionalPrinterColumns"] = list(spec.columns)
     if "status" in schema["properties"]:
         version["subresources"] = {"status": {}}
+    if spec.scale:
+        version.setdefault("subresources", {})["scale"] = dict(spec.scale)
     names: dict[str, Any] = {"kind": spec.kind, "listKind": f"{spec.kind}List", "plural": spec.plural,
                              "singular": spec.singular}
     if spec.short_names:

@@ -138,6 +138,12 @@ def fallback_types(planned: PlannedNodeClaim, nodepool: NodePool, catalog: Itera
     return [name for _, name in sorted(options)[:limit]]
 
 
+def _taint(taint: Any) -> dict[str, Any]:
+    """A taint as the API writes it: no ``value`` key when it has none (Karpenter's CRD rejects ``""``)."""
+    out: dict[str, Any] = taint.model_dump(mode="json", by_alias=True)
+    return {k: v for k, v in out.items() if v not in ("", None)}
+
+
 def nodeclaim_body(planned: PlannedNodeClaim, nodepool: NodePool, name: str, pod_uids: Sequence[str],
                    fallbacks: Sequence[str] = ()) -> dict[str, Any]:
     """The NodeClaim that launches one planned node: the pool's template pinned to the planned offering (the
@@ -157,9 +163,9 @@ def nodeclaim_body(planned: PlannedNodeClaim, nodepool: NodePool, name: str, pod
         "resources": {"requests": dict(planned.requests)},
     }
     if template.spec.taints:
-        spec["taints"] = [t.model_dump(mode="json") for t in template.spec.taints]
+        spec["taints"] = [_taint(t) for t in template.spec.taints]
     if template.spec.startup_taints:
-        spec["startupTaints"] = [t.model_dump(mode="json") for t in template.spec.startup_taints]
+        spec["startupTaints"] = [_taint(t) for t in template.spec.startup_taints]
     if template.spec.node_class_ref is not None:
         spec["nodeClassRef"] = template.spec.node_class_ref.model_dump(mode="json", by_alias=True)
     if template.spec.expire_after is not None:

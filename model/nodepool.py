@@ -75,7 +75,7 @@ class Budget(ApiModel):
     nodes: str = "10%"
     schedule: str | None = None
     duration: str | None = None
-    reasons: list[Literal["Empty", "Underutilized", "Drifted"]] | None = None
+    reasons: list[Literal["Empty", "Underutilized", "Drifted", "Unhealthy"]] | None = None
 
     @field_validator("nodes", mode="before")
     @classmethod

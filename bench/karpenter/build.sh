@@ -14,46 +14,21 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=versions.env
 source "${here}/versions.env"
 
-force=0
-case "${1:-}" in
-  --force) force=1 ;;
-  "") ;;
-  *) echo "usage: $0 [--force]" >&2; exit 2 ;;
-esac
+# shellcheck source=../../hack/lib/cached-build.sh
+source "${here}/../../hack/lib/cached-build.sh"
+parse_build_args "$@"
 
 root="${NODEPLAN_CACHE:-${HOME}/.cache/nodeplan}/karpenter-harness/${KARPENTER_VERSION}"
 bin="${root}/bin"
 binary="${bin}/karpenter-harness"
-
-log() { echo "build.sh: $*" >&2; }
 
 is_built() {
   [[ -x "${binary}" ]] || return 1
   [[ "$("${binary}" -version 2>/dev/null)" == "karpenter-harness sigs.k8s.io/karpenter ${KARPENTER_VERSION}" ]]
 }
 
-if [[ "${force}" == 0 ]] && is_built; then
-  log "up to date: ${bin}"
-  echo "${bin}"
-  exit 0
-fi
-
-mkdir -p "${root}"
-# One build at a time per version (a second caller waits, then finds the binary built).
-exec 9>"${root}/.build.lock"
-flock 9
-if [[ "${force}" == 0 ]] && is_built; then
-  log "built by a concurrent run: ${bin}"
-  echo "${bin}"
-  exit 0
-fi
-
-export CGO_ENABLED=0
-# Karpenter's go.mod names the minimum toolchain; an older local go fetches it from the module proxy.
+begin_cached_build "${root}" "${bin}"
 export GOTOOLCHAIN="${GO_TOOLCHAIN}"
-# The checked-in go.sum is authoritative: never rewrite go.mod/go.sum during a build.
-export GOFLAGS="-mod=readonly -buildvcs=false"
-jobs="${NODEPLAN_BUILD_JOBS:-2}"
 
 got="$(cd "${here}" && go list -m -f '{{.Version}}' sigs.k8s.io/karpenter)"
 if [[ "${got}" != "${KARPENTER_VERSION}" ]]; then

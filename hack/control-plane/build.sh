@@ -19,12 +19,9 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=versions.env
 source "${here}/versions.env"
 
-force=0
-case "${1:-}" in
-  --force) force=1 ;;
-  "") ;;
-  *) echo "usage: $0 [--force]" >&2; exit 2 ;;
-esac
+# shellcheck source=../lib/cached-build.sh
+source "${here}/../lib/cached-build.sh"
+parse_build_args "$@"
 
 key="k8s-${KUBERNETES_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}"
 root="${NODEPLAN_CACHE:-${HOME}/.cache/nodeplan}/control-plane/${key}"
@@ -41,9 +38,7 @@ stage_files=(
   pod/fast/pod-delete.yaml
 )
 
-log() { echo "build.sh: $*" >&2; }
-
-is_built() {
+binaries_built() {
   local b
   for b in "${binaries[@]}"; do
     [[ -x "${bin}/${b}" ]] || return 1
@@ -68,28 +63,16 @@ write_stages() {
   mv -f "${stages}.tmp" "${stages}"
 }
 
-if [[ "${force}" == 0 ]] && is_built; then
-  [[ -s "${stages}" ]] || write_stages
-  log "up to date: ${bin}"
-  echo "${bin}"
-  exit 0
-fi
+is_built() {
+  binaries_built && [[ -s "${stages}" ]]
+}
 
-mkdir -p "${root}"
-# One build at a time per cache key (a second caller waits, then finds the binaries built).
-exec 9>"${root}/.build.lock"
-flock 9
-if [[ "${force}" == 0 ]] && is_built && [[ -s "${stages}" ]]; then
-  log "built by a concurrent run: ${bin}"
-  echo "${bin}"
-  exit 0
+# built binaries with their stages file missing: only the stages are written
+if [[ "${force}" == 0 ]] && binaries_built && [[ ! -s "${stages}" ]]; then
+  write_stages
 fi
-
-export CGO_ENABLED=0
+begin_cached_build "${root}" "${bin}"
 export GOTOOLCHAIN=local
-# The checked-in go.sum files are authoritative: never rewrite go.mod/go.sum during a build.
-export GOFLAGS="-mod=readonly -buildvcs=false"
-jobs="${NODEPLAN_BUILD_JOBS:-2}"
 gobuild=(go build -p "${jobs}" -trimpath)
 
 # The go.mod files must agree with versions.env.

@@ -14,20 +14,15 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=versions.env
 source "${here}/versions.env"
 
-force=0
-case "${1:-}" in
-  --force) force=1 ;;
-  "") ;;
-  *) echo "usage: $0 [--force]" >&2; exit 2 ;;
-esac
+# shellcheck source=../lib/cached-build.sh
+source "${here}/../lib/cached-build.sh"
+parse_build_args "$@"
 
 root="${NODEPLAN_CACHE:-${HOME}/.cache/nodeplan}/dra-cel/${DRA_CEL_VERSION}"
 bin="${root}/bin"
 # The binary is keyed by version, but main.go may change between versions: the stamp records the hash of
 # the module's sources, so an edited oracle is rebuilt.
 stamp="${root}/sources.sha256"
-
-log() { echo "build.sh: $*" >&2; }
 
 sources_hash() {
   (cd "${here}" && cat go.mod go.sum main.go versions.env | sha256sum | cut -d' ' -f1)
@@ -39,27 +34,8 @@ is_built() {
   [[ "$(echo '{"expression":"device.driver == \"d\"","driver":"d"}' | "${bin}/dra-cel" 2>/dev/null)" == *'"result":true'* ]]
 }
 
-if [[ "${force}" == 0 ]] && is_built; then
-  log "up to date: ${bin}"
-  echo "${bin}"
-  exit 0
-fi
-
-mkdir -p "${root}"
-# One build at a time per version (a second caller waits, then finds the binary built).
-exec 9>"${root}/.build.lock"
-flock 9
-if [[ "${force}" == 0 ]] && is_built; then
-  log "built by a concurrent run: ${bin}"
-  echo "${bin}"
-  exit 0
-fi
-
-export CGO_ENABLED=0
+begin_cached_build "${root}" "${bin}"
 export GOTOOLCHAIN=local
-# The checked-in go.sum is authoritative: never rewrite go.mod/go.sum during a build.
-export GOFLAGS="-mod=readonly -buildvcs=false"
-jobs="${NODEPLAN_BUILD_JOBS:-2}"
 
 # The oracle must evaluate as the pinned control plane's scheduler does.
 # shellcheck source=../control-plane/versions.env

@@ -14,39 +14,19 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=versions.env
 source "${here}/versions.env"
 
-force=0
-case "${1:-}" in
-  --force) force=1 ;;
-  "") ;;
-  *) echo "usage: $0 [--force]" >&2; exit 2 ;;
-esac
+# shellcheck source=../lib/cached-build.sh
+source "${here}/../lib/cached-build.sh"
+parse_build_args "$@"
 
 root="${NODEPLAN_CACHE:-${HOME}/.cache/nodeplan}/helm/${HELM_VERSION}"
 bin="${root}/bin"
-
-log() { echo "hack/helm/build.sh: $*" >&2; }
 
 is_built() {
   [[ -x "${bin}/helm" ]] && [[ "$("${bin}/helm" version --template '{{.Version}}' 2>/dev/null)" == "${HELM_VERSION}" ]]
 }
 
-if [[ "${force}" == 0 ]] && is_built; then
-  log "up to date: ${bin}"
-  echo "${bin}"
-  exit 0
-fi
-
-mkdir -p "${root}"
-exec 9>"${root}/.build.lock"  # one build per version at a time; a second caller waits and finds it built
-flock 9
-if [[ "${force}" == 0 ]] && is_built; then
-  log "built by a concurrent run: ${bin}"
-  echo "${bin}"
-  exit 0
-fi
-
-export CGO_ENABLED=0 GOTOOLCHAIN=local
-export GOFLAGS="-mod=readonly -buildvcs=false"  # go.mod / go.sum here are authoritative
+begin_cached_build "${root}" "${bin}"
+export GOTOOLCHAIN=local
 got="$(cd "${here}" && go list -m -f '{{.Version}}' helm.sh/helm/v3)"
 if [[ "${got}" != "${HELM_VERSION}" ]]; then
   log "go.mod pins helm.sh/helm/v3 ${got}, versions.env says ${HELM_VERSION}"

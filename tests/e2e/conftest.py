@@ -48,14 +48,14 @@ class Cluster:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
-@pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+@contextlib.contextmanager
+def control_plane(state: Path) -> Iterator[Cluster]:
+    """A control plane of its own in ``state`` (built if missing), stopped on exit."""
     started = time.monotonic()
     build = subprocess.run([str(CONTROL_PLANE / "build.sh")], capture_output=True, text=True, check=False)
     if build.returncode != 0:
         pytest.fail(f"control-plane build failed:\n{build.stderr[-4000:]}")
     bin_dir = build.stdout.strip().splitlines()[-1]
-    state = tmp_path_factory.mktemp("control-plane") / "cluster"
     env = {**os.environ, "NODEPLAN_CLUSTER_DIR": str(state), "NODEPLAN_CONTROL_PLANE_BIN": bin_dir}
     up = subprocess.run([str(CONTROL_PLANE / "cluster.sh"), "up"], capture_output=True, text=True, env=env,
                         check=False)
@@ -67,6 +67,52 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield Cluster(dir=state, kubeconfig=state / "kubeconfig", env=env)
     finally:
         subprocess.run([str(CONTROL_PLANE / "cluster.sh"), "down"], env=env, check=False, capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with control_plane(tmp_path_factory.mktemp("control-plane") / "cluster") as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def fresh_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A second control plane for one test module, for tests that install CRDs other than deploy/crds (the
+    session's ``cluster`` keeps nodeplan's)."""
+    with control_plane(tmp_path_factory.mktemp("fresh-control-plane") / "cluster") as running:
+        yield running
+
+
+@dataclass
+class KarpenterKwok:
+    """Karpenter's KWOK provider as ``hack/karpenter-kwok/build.sh`` caches it: the binary and its CRDs."""
+
+    bin_dir: Path
+    crds: Path  # crds/core: pkg/apis/crds; crds/kwok: what the KWOK chart installs
+
+    @property
+    def binary(self) -> Path:
+        return self.bin_dir / "karpenter-kwok"
+
+
+def _karpenter_version() -> str:
+    text = (ROOT / "bench" / "karpenter" / "versions.env").read_text()
+    return next(line.split("=", 1)[1].strip() for line in text.splitlines() if line.startswith("KARPENTER_VERSION="))
+
+
+@pytest.fixture(scope="session")
+def karpenter_kwok() -> KarpenterKwok:
+    """The cached build; ``make test`` builds it first (``make karpenter-kwok``), so under ``CI`` a missing build
+    fails, and elsewhere the tests that need it are skipped rather than building it (~3 min cold) unasked."""
+    cache = Path(os.environ.get("NODEPLAN_CACHE") or Path.home() / ".cache" / "nodeplan")
+    root = cache / "karpenter-kwok" / _karpenter_version()
+    found = KarpenterKwok(bin_dir=root / "bin", crds=root / "crds")
+    if not (found.binary.is_file() and (found.crds / "core").is_dir() and (found.crds / "kwok").is_dir()):
+        reason = f"Karpenter's KWOK provider is not built in {root} (run `make karpenter-kwok`)"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return found
 
 
 def apply(api: client.ApiClient, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:

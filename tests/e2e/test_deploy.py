@@ -14,7 +14,8 @@ pytestmark = pytest.mark.e2e
 
 
 def test_crds_established_and_sample_nodepool_validates(cluster: Cluster, crds: list[str]) -> None:
-    assert set(crds) == {"nodepools.karpenter.sh", "nodeclaims.karpenter.sh", "kwoknodeclasses.karpenter.kwok.sh"}
+    assert set(crds) == {"nodepools.karpenter.sh", "nodeclaims.karpenter.sh", "kwoknodeclasses.karpenter.kwok.sh",
+                         "ec2nodeclasses.karpenter.k8s.aws"}
     api = cluster.api()
     for obj in load_yaml(ROOT / "deploy" / "examples" / "nodepool.yaml"):
         applied = apply(api, obj, dry_run=True)

@@ -53,11 +53,12 @@ def test_karpenter_fields_and_semantics() -> None:
     assert "Gte" in requirement["properties"]["operator"]["enum"]
     assert set(template) >= {"requirements", "taints", "startupTaints", "nodeClassRef", "expireAfter",
                              "terminationGracePeriod"}
-    assert spec["weight"] == {"type": "integer", "minimum": 1, "maximum": 100}
+    assert spec["weight"] == {"type": "integer", "minimum": 1, "maximum": 100, "format": "int32"}
     cpu = spec["limits"]["additionalProperties"]
     assert cpu["x-kubernetes-int-or-string"] is True
     assert spec["disruption"]["properties"]["budgets"]["default"] == [{"nodes": "10%"}]
-    assert version["subresources"] == {"status": {}}
+    assert version["subresources"] == {"status": {}, "scale": {"specReplicasPath": ".spec.replicas",
+                                                               "statusReplicasPath": ".status.nodes"}}
     claim = crds.crd(crds.CRDS[1])["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
     assert set(claim["status"]["properties"]) >= {"nodeName", "providerID", "capacity", "allocatable", "conditions"}
     assert "resources" in claim["spec"]["properties"]
