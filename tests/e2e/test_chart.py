@@ -142,7 +142,11 @@ def test_chart_dry_run_then_controller_runs_as_its_service_account(cluster: Clus
             code = process.wait(60)
     text = log.read_text()
     assert code == 0, text[-3000:]
-    assert "Traceback" not in text and "HTTP 403" not in text, text[-3000:]
+    # no permission is missing; an Event refused in another test's namespace being deleted (403: the namespace is
+    # terminating) is not the chart's RBAC
+    refused = [line for line in text.splitlines() if "HTTP 403" in line
+               and not ("could not write Event" in line and f" {NAMESPACE}/" not in line)]
+    assert "Traceback" not in text and not refused, text[-3000:]
     node = core.read_namespaced_pod("web", NAMESPACE).spec.node_name
     mine = [c for c in claims(api) if c["metadata"].get("labels", {}).get("karpenter.sh/nodepool") == "chart"]
     assert node in {c.get("status", {}).get("nodeName") for c in mine}, (node, mine)

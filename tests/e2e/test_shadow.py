@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -104,9 +105,18 @@ def _launch_like_karpenter(api: client.ApiClient, name: str, instance_type: str,
         "status": {"capacity": quantities, "allocatable": quantities}})
 
 
-def _audit(api: client.ApiClient) -> tuple[list[str], set[str]]:
-    """Every object of every listable resource that carries nodeplan's field manager, or an Event it reported;
-    and every field manager seen (so an audit that read nothing cannot pass)."""
+def _since(stamp: Any, started: datetime) -> bool:
+    """Was a managedFields / Event time (RFC 3339 text or datetime) at or after ``started``?"""
+    if not stamp:
+        return True  # no time recorded: count it
+    when = stamp if isinstance(stamp, datetime) else datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+    return when >= started - timedelta(seconds=1)
+
+
+def _audit(api: client.ApiClient, started: datetime) -> tuple[list[str], set[str]]:
+    """Every object of every listable resource that nodeplan's field manager wrote since ``started`` (the shadow
+    process's start: the cluster is shared with earlier tests whose controllers did write), or an Event it
+    reported since then; and every field manager seen (so an audit that read nothing cannot pass)."""
     found: list[str] = []
     seen: set[str] = set()
     dyn = dynamic.DynamicClient(api)
@@ -117,11 +127,12 @@ def _audit(api: client.ApiClient) -> tuple[list[str], set[str]]:
             items = resource.get().to_dict().get("items") or []
             for item in items:
                 meta = item.get("metadata") or {}
-                managers = {str(m.get("manager")) for m in meta.get("managedFields") or []}
-                seen |= {f"{resource.kind}:{m}" for m in managers}
-                if FIELD_MANAGER in managers:
+                fields = meta.get("managedFields") or []
+                seen |= {f"{resource.kind}:{m.get('manager')}" for m in fields}
+                if any(m.get("manager") == FIELD_MANAGER and _since(m.get("time"), started) for m in fields):
                     found.append(f"{resource.kind} {meta.get('namespace', '')}/{meta.get('name')}")
-                if resource.kind == "Event" and "nodeplan" in (
+                when = item.get("lastTimestamp") or item.get("eventTime") or meta.get("creationTimestamp")
+                if resource.kind == "Event" and _since(when, started) and "nodeplan" in (
                         str(item.get("reportingComponent") or item.get("reportingController") or ""),
                         str((item.get("source") or {}).get("component") or "")):
                     found.append(f"Event {meta.get('namespace')}/{meta.get('name')} from nodeplan")
@@ -136,6 +147,7 @@ def test_shadow_mode_records_the_saving_beside_another_provisioner_and_writes_no
     kubeconfig = _kubeconfig(cluster, api, tmp_path / "shadow.kubeconfig")
     env = {k: v for k, v in os.environ.items() if not k.startswith("NODEPLAN_") or k == "NODEPLAN_CACHE"}
     log = (tmp_path / "shadow.log").open("w")
+    started = datetime.now(UTC)
     process = subprocess.Popen(
         [*NODEPLAN, "run", "--shadow", "--kubeconfig", str(kubeconfig), "--shadow-record",
          str(record), "--metrics-port", "0", "--health-port", "0", "--batch-idle", "1s", "--batch-max", "5s",
@@ -164,9 +176,10 @@ def test_shadow_mode_records_the_saving_beside_another_provisioner_and_writes_no
 
         compared = wait_for(batch_record, 60, what="a shadow batch record")
         # a quiet cluster: the shadow consolidation decision is recorded too (the oversized node is replaceable)
-        consolidation = wait_for(lambda: [json.loads(line) for line in record.read_text().splitlines()
-                                          if json.loads(line)["type"] == "consolidation"], 60,
-                                 what="a shadow consolidation record")
+        # (one taken once the other provisioner's node exists: an earlier one may see an empty cluster)
+        consolidation = wait_for(lambda: [c for c in (json.loads(line) for line in record.read_text().splitlines())
+                                          if c["type"] == "consolidation" and c["clusterCost"] > 0], 60,
+                                 what="a shadow consolidation record of the cluster with its node")
         assert process.poll() is None, (tmp_path / "shadow.log").read_text()
     finally:
         process.terminate()
@@ -184,7 +197,7 @@ def test_shadow_mode_records_the_saving_beside_another_provisioner_and_writes_no
     assert consolidation[-1]["nodeplan"]["cost"] < oversized
     # nodeplan wrote nothing: no object has its field manager, no Event came from it, the only NodeClaim and Node
     # are the other provisioner's, and the NodePool's status is untouched
-    found, seen = _audit(api)
+    found, seen = _audit(api, started)
     assert found == []
     assert {f"NodeClaim:{STAND_IN}", f"Node:{STAND_IN}", "Pod:kube-scheduler"} <= seen  # the audit read them
     claims = custom.list_cluster_custom_object("karpenter.sh", "v1", "nodeclaims")["items"]
