@@ -74,10 +74,20 @@ def inventory_slices(instance_type: InstanceType | None, node_name: str) -> tupl
 
 def inventory_devices(instance_type: InstanceType | None, node_name: str) -> tuple[NodeDevice, ...]:
     """Devices a node of ``instance_type`` will publish under ``node_name`` (none for an unknown type)."""
-    if instance_type is None or not instance_type.resource_slices:
-        return ()
-    slices = instance_type.node_resource_slices(node_name)
-    return published_devices(slices, node_name, {})
+    return published_devices(inventory_slices(instance_type, node_name), node_name, {})
+
+
+def offered_slices(published: Iterable[ResourceSlice], node_name: str, labels: Mapping[str, str],
+                   instance_type: InstanceType | None, initialized: bool
+                   ) -> tuple[tuple[ResourceSlice, ...], tuple[NodeDevice, ...]]:
+    """The slices a node's devices come from and those devices: what it published once initialized, else what
+    its instance type's inventory publishes (a planned, in-flight or uninitialized node's early slices are not
+    counted twice, as Karpenter ignores them)."""
+    if initialized:
+        slices = tuple(published)
+        return slices, published_devices(slices, node_name, labels)
+    slices = inventory_slices(instance_type, node_name)
+    return slices, published_devices(slices, node_name, {})
 
 
 def network_attached(slices: Iterable[ResourceSlice]) -> tuple[ResourceSlice, ...]:

@@ -33,7 +33,7 @@ Each counter is exact (it keeps two classes off one node exactly when Kubernetes
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from model.affinity import HostPort, LabelSelector, PodAffinityTerm
@@ -93,32 +93,48 @@ def _names(classes: Sequence[PodClass], indices: Sequence[int]) -> str:
     return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
-def anti_affinity_counters(classes: Sequence[PodClass],
-                           namespace_labels: Mapping[str, dict[str, str]] | None = None) -> list[NodeCounter]:
-    """Required pod anti-affinity on hostname: one counter per self-matching term, then the cross-class ones."""
-    namespace_labels = namespace_labels or {}
+def apart_groups(classes: Sequence[PodClass], terms: Callable[[Pod], Sequence[PodAffinityTerm]],
+                 namespace_labels: Mapping[str, dict[str, str]], skip: Callable[[Pod], bool] = lambda pod: False
+                 ) -> list[tuple[str, PodAffinityTerm, list[int], list[int]]]:
+    """Classes carrying a hostname anti-affinity term (of ``terms(pod)``) that selects their own pods, grouped by
+    (namespace, term, the owner's values of the term's label keys — what it selects depends on them), each with
+    the other classes its term selects: ``(namespace, term, owners, selected)``. ``skip``: classes left out."""
     owners_of: dict[tuple[str, PodAffinityTerm, tuple[str | None, ...]], list[int]] = {}
-    others: dict[tuple[str, PodAffinityTerm], list[int]] = {}
     for c in classes:
         pod = c.representative
-        for term in pod.pod_anti_affinity:
-            if term.topology_key != HOSTNAME:
+        if skip(pod):
+            continue
+        for term in terms(pod):
+            if term.topology_key != HOSTNAME or not term.selects(pod.namespace, pod.labels, pod.namespace, pod.labels,
+                                                                  namespace_labels.get(pod.namespace)):
                 continue
-            if not term.selects(pod.namespace, pod.labels, pod.namespace, pod.labels,
-                                namespace_labels.get(pod.namespace)):
-                others.setdefault((pod.namespace, term), []).append(c.index)
-                continue
-            # what the term selects depends on the owner's values of its label keys
             projection = tuple(pod.labels.get(k) for k in term.match_label_keys + term.mismatch_label_keys)
             owners = owners_of.setdefault((pod.namespace, term, projection), [])
             if c.index not in owners:
                 owners.append(c.index)
-    counters: list[NodeCounter] = []
+    out = []
     for (namespace, term, _), owners in owners_of.items():
         owner = classes[owners[0]].representative
-        selected = [o.index for o in classes if o.index not in owners and term.selects(
-            namespace, owner.labels, o.representative.namespace, o.representative.labels,
-            namespace_labels.get(o.representative.namespace))]
+        selected = [o.index for o in classes if o.index not in owners and not skip(o.representative)
+                    and term.selects(namespace, owner.labels, o.representative.namespace, o.representative.labels,
+                                     namespace_labels.get(o.representative.namespace))]
+        out.append((namespace, term, owners, selected))
+    return out
+
+
+def anti_affinity_counters(classes: Sequence[PodClass],
+                           namespace_labels: Mapping[str, dict[str, str]] | None = None) -> list[NodeCounter]:
+    """Required pod anti-affinity on hostname: one counter per self-matching term, then the cross-class ones."""
+    namespace_labels = namespace_labels or {}
+    others: dict[tuple[str, PodAffinityTerm], list[int]] = {}
+    for c in classes:
+        pod = c.representative
+        for term in pod.pod_anti_affinity:
+            if term.topology_key == HOSTNAME and not term.selects(pod.namespace, pod.labels, pod.namespace,
+                                                                  pod.labels, namespace_labels.get(pod.namespace)):
+                others.setdefault((pod.namespace, term), []).append(c.index)
+    counters: list[NodeCounter] = []
+    for namespace, _, owners, selected in apart_groups(classes, lambda pod: pod.pod_anti_affinity, namespace_labels):
         heavy = max(_pods(classes, selected), 1)
         uses = {k: heavy for k in owners} | {k: 1 for k in selected}
         counters.append(NodeCounter(name=f"repel:{namespace}/{len(counters)}", uses=uses, new_capacity=heavy))

@@ -71,7 +71,7 @@ from model.devices import (
     inventory_devices,
     inventory_slices,
     network_attached,
-    published_devices,
+    offered_slices,
 )
 from model.dra import ClaimIndex, ClaimSpec, DeviceClass, DeviceID, ExactRequest, ResolvedClaim, allocated_state
 from model.dracel import SelectorCompileError, SelectorEvalError, compile_selector
@@ -400,12 +400,9 @@ class _Analysis:
         existing_nodes = []
         for e in batch.existing:
             view = views.get(e.name)
-            if view is not None and view.initialized and not view.inflight:
-                slices = tuple(batch.snapshot.resource_slices)
-                devices = published_devices(slices, e.name, e.node.labels)
-            else:
-                slices = inventory_slices(catalog.get(e.node.labels.get(wk.INSTANCE_TYPE, "")), e.name)
-                devices = published_devices(slices, e.name, {})
+            slices, devices = offered_slices(batch.snapshot.resource_slices, e.name, e.node.labels,
+                                             catalog.get(e.node.labels.get(wk.INSTANCE_TYPE, "")),
+                                             view is not None and view.initialized and not view.inflight)
             existing_nodes.append(_node(devices, kinds, class_defs, held.devices, demands, held.consumed,
                                         counter_sets(slices, e.name)))
         analysis = cls(demands=demands, template_nodes=template_nodes, existing_nodes=existing_nodes)

@@ -73,7 +73,7 @@ from model.resources import Resources
 from model.taints import untolerated
 from solver.classes import PodClass, selector_label_keys
 from solver.rules.base import BatchContext, Rule
-from solver.rules.counters import NodeCounter, conservative
+from solver.rules.counters import NodeCounter, apart_groups, conservative
 from solver.rules.podaffinity import selects_other_class, selects_own
 from solver.rules.preferences import SOFT_TOPOLOGY_WEIGHT, PreferencePolicy
 
@@ -190,24 +190,9 @@ def soft_apart_counters(classes: Sequence[PodClass], namespace_labels: Mapping[s
                         ) -> list[SoftCounter]:
     """Preferred anti-affinity on the hostname to its own pods: one counter per term (and the owner's
     values of its label keys), carriers taking the whole capacity H, the other pods it selects 1."""
-    owners_of: dict[tuple[str, PodAffinityTerm, tuple[str | None, ...]], list[int]] = {}
-    for c in classes:
-        pod = c.representative
-        if _settled(pod):
-            continue
-        for term in pod.preferred_pod_anti_affinity:
-            if term.topology_key != HOSTNAME or not selects_own(pod, term):
-                continue
-            projection = tuple(pod.labels.get(k) for k in term.match_label_keys + term.mismatch_label_keys)
-            owners = owners_of.setdefault((pod.namespace, term, projection), [])
-            if c.index not in owners:
-                owners.append(c.index)
     out: list[SoftCounter] = []
-    for (namespace, term, _), owners in owners_of.items():
-        owner = classes[owners[0]].representative
-        selected = [o.index for o in classes if o.index not in owners and not _settled(o.representative)
-                    and term.selects(namespace, owner.labels, o.representative.namespace, o.representative.labels,
-                                     namespace_labels.get(o.representative.namespace))]
+    for namespace, term, owners, selected in apart_groups(classes, lambda pod: pod.preferred_pod_anti_affinity,
+                                                          namespace_labels, _settled):
         heavy = max(_pods(classes, selected), 1)
         out.append(SoftCounter(
             name=f"{APART}:{namespace}/{len(out)}", uses={k: heavy for k in owners} | dict.fromkeys(selected, 1),

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from model import labels as wk
 from model.allocator import AllocationError, DeviceResult, NodeDevices, allocate
-from model.devices import inventory_slices, published_devices
+from model.devices import offered_slices
 from model.dra import MAX_RESERVED_FOR, AllocatedState, ClaimIndex, ClaimSpec, allocated_state, gather_pools
 from model.dracel import SelectorEvalError
 from model.inflight import node_views
@@ -73,8 +73,7 @@ def node_devices(snapshot: Snapshot, name: str, labels: Mapping[str, str], insta
     """A node's devices as the allocator finds them, less what allocated claims hold: the slices an
     initialized node published, else what its instance type's inventory publishes (a planned or in-flight
     node; its own early slices are not counted twice)."""
-    slices = tuple(snapshot.resource_slices) if published else inventory_slices(instance_type, name)
-    devices = published_devices(slices, name, labels if published else {})
+    slices, devices = offered_slices(snapshot.resource_slices, name, labels, instance_type, published)
     return NodeDevices.of(devices, [p for p in gather_pools(slices) if p.usable], held.devices, held.consumed)
 
 
