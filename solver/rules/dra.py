@@ -41,22 +41,32 @@ the device's policy (the largest over a kind's candidates); a share fails only w
 left than it needs, so per capacity name Σ allocations × share ≤ Σ over the candidates (left − share) + share
 holds in any order (exact for one shared device). Partitionable devices drawing on one counter set per node:
 besides the device dimensions, per counter Σ allocations × the most a kind's candidates draw ≤ what the set
-has left (exact when a kind's candidates draw alike).
+has left (exact when a kind's candidates draw alike). Several counter sets (a set per GPU, MIG): a blocking
+bound per partition kind (``_Analysis._sets``), exact for one partition size on identical sets.
 
-Not modelled yet, and left pending with that reason rather than placed invalidly (the verifier,
-``solver/verify/dra.py``, allocates every plan concretely): ``firstAvailable`` with an ``All`` alternative,
-``distinctAttribute``, ``matchAttribute`` where the candidates differ in the attribute (nodes
-where all candidates share one value are used: the constraint holds there), multi-allocatable devices mixed
-with dedicated ones among a kind's candidates, partitions drawing on several counter sets of one node,
-network-attached slices.
+Constraints: a request a ``matchAttribute`` / ``distinctAttribute`` covers is a kind of its own (its devices
+must have the attribute) whose devices come in *pieces*; per node, the candidates' groups by value give a
+bound that holds in any binding order (``_Analysis._grouped``; exact slots when one piece size fills the
+groups alone, and where every value is one group or all values differ). ``matchAttribute`` across requests
+of different devices is modelled on nodes where those devices share one value (the constraint then holds
+whatever the scheduler picks).
+
+Not modelled yet, and left pending (or kept off the nodes concerned) with that reason rather than placed
+invalidly (the verifier, ``solver/verify/dra.py``, allocates every plan concretely): ``firstAvailable`` with
+an ``All`` alternative or under a constraint; a constraint on an ``All`` or adminAccess request, two on one
+request, ``distinctAttribute`` across requests of different devices; ``matchAttribute`` across requests on
+nodes where their devices carry several values; constraints over multi-allocatable devices;
+multi-allocatable devices mixed with dedicated ones among a kind's candidates; a device drawing on several
+counter sets; network-attached slices (pods are planned on node-local devices; the note says so).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from math import lcm
+from math import gcd, lcm
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -73,7 +83,16 @@ from model.devices import (
     network_attached,
     offered_slices,
 )
-from model.dra import ClaimIndex, ClaimSpec, DeviceClass, DeviceID, ExactRequest, ResolvedClaim, allocated_state
+from model.dra import (
+    ClaimIndex,
+    ClaimSpec,
+    DeviceClass,
+    DeviceConstraint,
+    DeviceID,
+    ExactRequest,
+    ResolvedClaim,
+    allocated_state,
+)
 from model.dracel import SelectorCompileError, SelectorEvalError, compile_selector
 from model.inflight import node_views
 from model.pod import Pod
@@ -99,16 +118,21 @@ class Kind:
     all: bool
     admin: bool
     request: ExactRequest
+    #: ``("match" | "distinct", attribute)`` when a claim constraint covers the request: its devices must have
+    #: the attribute (plain requests of the class need not), and they come in *pieces* (``_Demand.pieces``)
+    constraint: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, request: ExactRequest) -> Kind:
+    def of(cls, request: ExactRequest, constraint: tuple[str, ...] = ()) -> Kind:
         return cls(request.device_class_name, request.selectors, request.allocation_mode == "All",
-                   request.admin_access, request.model_copy(update={"count": 0}))
+                   request.admin_access, request.model_copy(update={"count": 0}), constraint)
 
     def describe(self) -> str:
         what = f"class {self.device_class}"
         if self.selectors:
             what += " with " + " && ".join(self.selectors)
+        if self.constraint:
+            what += f" ({self.constraint[0]}Attribute {self.constraint[1]})"
         return what
 
 
@@ -123,8 +147,8 @@ class _Node:
     errors: dict[Kind, str] = field(default_factory=dict)
     #: kinds some of whose candidates are devices this family does not model (shared / partitionable)
     unsupported: dict[Kind, str] = field(default_factory=dict)
-    #: kinds whose matchAttribute constraint is not vacuous here
-    unmatched: set[Kind] = field(default_factory=set)
+    #: constrained kinds: free candidates per value of the constraint's attribute
+    groups: dict[Kind, dict[str, int]] = field(default_factory=dict)
     #: ``All`` kinds with a candidate in use
     busy: set[Kind] = field(default_factory=set)
     #: kinds whose candidates here are all multi-allocatable: the capacity one allocation takes (name →
@@ -135,19 +159,28 @@ class _Node:
     #: allocation takes from it (the most any of its candidates consumes)
     counters_left: dict[str, Fraction] = field(default_factory=dict)
     draws: dict[Kind, dict[str, Fraction]] = field(default_factory=dict)
+    #: several counter sets (one per physical GPU, say): (pool, set) → counter → what is left / its full value,
+    #: and each partition kind's free candidates per set
+    set_left: dict[tuple[str, str], dict[str, Fraction]] = field(default_factory=dict)
+    set_full: dict[tuple[str, str], dict[str, Fraction]] = field(default_factory=dict)
+    per_set: dict[Kind, dict[tuple[str, str], int]] = field(default_factory=dict)
 
 
 @dataclass
 class _Demand:
     """What one unit of a class asks for: devices per ExactCount kind, All and admin kinds, ``firstAvailable``
-    choices, matchAttribute constraints per kind."""
+    choices, and the constraints' pieces: devices of one constrained kind that must share a value of the
+    attribute (match) or all differ in it (distinct), and matchAttribute across requests of several kinds."""
 
     count: dict[Kind, int] = field(default_factory=dict)
     all: list[Kind] = field(default_factory=list)
     admin: list[Kind] = field(default_factory=list)
     #: ``firstAvailable`` requests: (where from, [(kind, count)] in the order the allocator tries them)
     choices: list[tuple[str, list[tuple[Kind, int]]]] = field(default_factory=list)
-    match: dict[Kind, set[str]] = field(default_factory=dict)
+    #: constrained kind → the device count of each piece (one constraint of one claim)
+    pieces: dict[Kind, list[int]] = field(default_factory=dict)
+    #: matchAttribute across several kinds: (where from, attribute, [(kind, count)])
+    linked: list[tuple[str, str, tuple[tuple[Kind, int], ...]]] = field(default_factory=list)
     #: which claim and request each kind comes from (for reasons)
     source: dict[Kind, str] = field(default_factory=dict)
 
@@ -168,6 +201,8 @@ class _Demand:
             Fraction(0))
 
     def add(self, claim: str, spec: ClaimSpec) -> None:
+        covering = _covering(spec)
+        exact_kinds: dict[str, tuple[Kind, int]] = {}
         for request in spec.requests:
             alternatives = request.alternatives()
             if len(alternatives) > 1:
@@ -177,17 +212,42 @@ class _Demand:
                 self.choices.append((f"claim {claim} request {request.name}", alts))
                 continue
             ref, exact = alternatives[0]
-            kind = Kind.of(exact)
+            constraint = covering.get(request.name)
+            kind = Kind.of(exact, _constraint_key(constraint) if constraint else ())
             self.source.setdefault(kind, f"claim {claim} request {ref}")
+            exact_kinds[request.name] = (kind, exact.count)
             if kind.admin:
                 self.admin.append(kind)
             elif kind.all:
                 self.all.append(kind)
             else:
                 self.count[kind] = self.count.get(kind, 0) + exact.count
-            for constraint in spec.constraints:
-                if constraint.match_attribute and (not constraint.requests or request.name in constraint.requests):
-                    self.match.setdefault(kind, set()).add(constraint.match_attribute)
+        for constraint in spec.constraints:
+            members: dict[Kind, int] = {}
+            for name in _covered(constraint, spec):
+                kind, count = exact_kinds[name]
+                members[kind] = members.get(kind, 0) + count
+            if len(members) == 1:
+                ((kind, count),) = members.items()
+                self.pieces.setdefault(kind, []).append(count)
+            elif members:
+                self.linked.append((f"claim {claim}", constraint.match_attribute, tuple(members.items())))
+
+
+def _covered(constraint: DeviceConstraint, spec: ClaimSpec) -> list[str]:
+    """The requests a constraint applies to (all of the claim's when it names none)."""
+    return list(constraint.requests) if constraint.requests else [r.name for r in spec.requests]
+
+
+def _covering(spec: ClaimSpec) -> dict[str, DeviceConstraint]:
+    """Request name → the constraint covering it (``_not_modelled`` has ruled out two on one request)."""
+    return {name: constraint for constraint in spec.constraints for name in _covered(constraint, spec)}
+
+
+def _constraint_key(constraint: DeviceConstraint) -> tuple[str, ...]:
+    if constraint.match_attribute:
+        return ("match", constraint.match_attribute)
+    return ("distinct", constraint.distinct_attribute)
 
 
 def _not_modelled(spec: ClaimSpec) -> str:
@@ -195,15 +255,22 @@ def _not_modelled(spec: ClaimSpec) -> str:
     for request in spec.requests:
         if len(request.first_available) > 1 and any(s.allocation_mode == "All" for s in request.first_available):
             return f"firstAvailable with an allocationMode All sub-request (request {request.name})"
+    by_name = {r.name: r for r in spec.requests}
+    seen: set[str] = set()
     for constraint in spec.constraints:
-        if constraint.distinct_attribute:
-            return f"distinctAttribute {constraint.distinct_attribute}"
-        if len(constraint.requests) > 1 or (not constraint.requests and len(spec.requests) > 1):
-            return f"matchAttribute {constraint.match_attribute} across several requests"
-        if any("/" in r for r in constraint.requests) or any(
-                len(r.first_available) > 1 for r in spec.requests if not constraint.requests
-                or r.name in constraint.requests):
-            return f"matchAttribute {constraint.match_attribute} on a firstAvailable request"
+        attribute = constraint.match_attribute or constraint.distinct_attribute
+        what = f"{'matchAttribute' if constraint.match_attribute else 'distinctAttribute'} {attribute}"
+        covered = _covered(constraint, spec)
+        if any("/" in r or len(by_name[r].first_available) > 1 for r in covered):
+            return f"{what} on a firstAvailable request"
+        if seen & set(covered):
+            return f"two constraints on one request ({', '.join(sorted(seen & set(covered)))})"
+        seen.update(covered)
+        exacts = [by_name[r].alternatives()[0][1] for r in covered]
+        if any(e.allocation_mode == "All" or e.admin_access for e in exacts):
+            return f"{what} on an allocationMode All or adminAccess request"
+        if constraint.distinct_attribute and len({Kind.of(e) for e in exacts}) > 1:
+            return f"{what} across requests that select different devices"
     return ""
 
 
@@ -442,6 +509,8 @@ class _Analysis:
             self.counters.append(NodeCounter(
                 name=f"{DEVICES}:{n}:{kind.describe()}", uses=uses, new_capacity=unbounded, per_unit=True,
                 template_capacity=tuple(caps[:split]), existing_capacity=tuple(caps[split:])))
+        self._grouped(nodes, neighbourhoods, classes)
+        self._sets(nodes, classes)
         self._amounts(nodes, classes)
         if partial:
             shown = sorted(partial)
@@ -449,6 +518,127 @@ class _Analysis:
                                + "; ".join(shown[:3]) + (f" and {len(shown) - 3} more" if len(shown) > 3 else "")
                                + "): each kind's order-proof limit applies even where it is absent")
         self._whole(kinds, classes, nodes)
+
+    def _grouped(self, nodes: Sequence[_Node], neighbourhoods: Sequence[Mapping[Kind, frozenset[Kind]]],
+                 classes: Sequence[PodClass]) -> None:
+        """Pieces of a constrained kind ρ on a node whose candidates fall into groups by the attribute's value
+        (sizes c_g), each piece needing q devices of one group (match) or of q different groups (distinct).
+
+        A match piece fails only when every group has more than c_g − q of its devices taken, a distinct
+        piece only when fewer than q groups have a device left, which takes the m − q + 1 smallest groups;
+        so with T the devices the kinds meeting ρ take on the node (the piece's own included), any order of
+        binding succeeds when T ≤ Σ_{c_g ≥ q} (c_g − q + 1) + q − 1 (match) or T ≤ q − 1 + the m − q + 1
+        smallest c_g (distinct), for the largest q that fits the node (both caps shrink as q grows). When
+        only ρ meets ρ and every match piece asks the same q, first fit fills a group before the next and
+        the exact slots count Σ units ≤ Σ_g ⌊c_g / q⌋ replaces it."""
+        wanted: dict[Hashable, dict[int, int]] = {}
+        uses_of: dict[Hashable, dict[int, int]] = {}
+        for n, node in enumerate(nodes):
+            for kind, groups in node.groups.items():
+                near = neighbourhoods[n].get(kind)
+                if near is None or kind in node.unsupported:
+                    continue
+                mode = kind.constraint[0]
+                sizes = sorted(groups.values())
+                fits = [q for d in self.demands.values() for q in d.pieces.get(kind, ())
+                        if (q <= sizes[-1] if mode == "match" else q <= len(sizes))]
+                if not fits:
+                    continue
+                q = max(fits)
+                if mode == "match" and near == {kind} and all(
+                        set(d.pieces.get(kind, ())) <= {q} and not any(k == kind for _, _, m in d.linked for k, _ in m)
+                        for d in self.demands.values()):
+                    key: Hashable = ("slots", kind, q)
+                    uses_of[key] = {c: len(d.pieces[kind]) for c, d in self.demands.items() if d.pieces.get(kind)}
+                    wanted.setdefault(key, {})[n] = sum(size // q for size in sizes)
+                    continue
+                if mode == "match":
+                    cap = sum(size - q + 1 for size in sizes if size >= q) + q - 1
+                else:
+                    cap = q - 1 + sum(sizes[:len(sizes) - q + 1])
+                if cap >= sum(sizes):
+                    continue  # no stricter than the device count (one group, or all values distinct)
+                key = (mode, kind, near)
+                uses_of[key] = {c: u for c, d in self.demands.items() if (u := d.uses(near))}
+                wanted.setdefault(key, {})[n] = cap
+                if near != {kind}:
+                    self.strict.append(f"DRA devices: {kind.describe()} shares devices with other requests; its "
+                                       "pieces count every device they take (any binding order)")
+        self._add_counters(wanted, uses_of, nodes, classes)
+
+    def _add_counters(self, wanted: Mapping[Hashable, Mapping[int, int]], uses_of: Mapping[Hashable, dict[int, int]],
+                      nodes: Sequence[_Node], classes: Sequence[PodClass]) -> None:
+        """One per-unit counter per key: its capacity on the nodes listed, unbounded on the others."""
+        split = len(self.template_nodes)
+        for key, caps in wanted.items():
+            uses = uses_of[key]
+            if not uses:
+                continue
+            unbounded = 1 + sum(classes[c].demand * u for c, u in uses.items())
+            per_node = [max(caps[n], 0) if n in caps else unbounded for n in range(len(nodes))]
+            assert isinstance(key, tuple)
+            self.counters.append(NodeCounter(
+                name=f"{DEVICES}:{key[0]}:{len(self.counters)}:{key[1].describe()}", uses=uses,
+                new_capacity=unbounded, per_unit=True,
+                template_capacity=tuple(per_node[:split]), existing_capacity=tuple(per_node[split:])))
+
+    def _sets(self, nodes: Sequence[_Node], classes: Sequence[PodClass]) -> None:
+        """Partitions on a node with several counter sets (MIG: a set per GPU), for each partition kind ρ.
+
+        A set blocks ρ when a counter k it needs has less than need_ρ[k] left or ρ's candidates in it are all
+        taken. Measure an allocation of kind κ by w_κ = max(max_k need_κ[k] / V_k, [κ may take a candidate of
+        ρ] / M) (V_k the largest set's value of k, M the most free candidates of ρ in one set): an allocation
+        lies in one set, so the allocations in a set weigh at least each measure's use there, and a set that
+        blocks ρ carries θ_s = min(the smallest achievable use of k above left_k − need_ρ[k] (uses are
+        multiples of the gcd of the draws), over V_k; free candidates / M). A piece of ρ fails only if the
+        others weigh Σ_s θ_s, so Σ units' weight < Σ_s θ_s + w_ρ holds in any binding order: exact for one
+        partition size on identical sets, conservative (said) when sizes mix."""
+        wanted: dict[Hashable, dict[int, int]] = {}
+        uses_of: dict[Hashable, dict[int, int]] = {}
+        for n, node in enumerate(nodes):
+            if not node.set_left:
+                continue
+            for kind, per_set in node.per_set.items():
+                if kind in node.unsupported or not per_set or kind.admin:
+                    continue
+                need = {k: v for k, v in node.draws[kind].items() if v > 0}
+                full = {k: max((values.get(k, Fraction(0)) for values in node.set_full.values()),
+                               default=Fraction(0)) for k in need}
+                if any(v <= 0 for v in full.values()):
+                    continue  # no set has the counter: no candidate can be allocated (refused by the counts)
+                most = max(per_set.values())
+                own = node.candidates.get(kind, frozenset())
+                weight: dict[Kind, Fraction] = {}
+                for other, draws in node.draws.items():
+                    w = max((draws.get(k, Fraction(0)) / full[k] for k in need), default=Fraction(0))
+                    if node.candidates.get(other, frozenset()) & own:
+                        w = max(w, Fraction(1, most))
+                    if w:
+                        weight[other] = w
+                for other, found in node.candidates.items():  # dedicated devices that are candidates of ρ too
+                    if other not in weight and found & own and not other.admin:
+                        weight[other] = Fraction(1, most)
+                step = {k: _gcd(*(d[k] for d in node.draws.values() if d.get(k))) for k in need}
+                theta = Fraction(0)
+                for set_key, left in node.set_left.items():
+                    blocks = [Fraction(per_set.get(set_key, 0), most)]
+                    for k, amount in need.items():
+                        slack = left.get(k, Fraction(0)) - amount
+                        blocks.append(Fraction(0) if slack < 0 else (slack // step[k] + 1) * step[k] / full[k])
+                    theta += min(blocks)
+                raw = {c: u for c, d in self.demands.items() if (u := d.weighted(weight))}
+                cap = theta + weight[kind]
+                scale = lcm(*(v.denominator for v in (*raw.values(), cap)))
+                if scale > 10 ** 6:
+                    node.unsupported[kind] = "partitions whose counters and counts have no small common unit"
+                    continue
+                key = ("sets", kind, _signature(weight), scale)
+                uses_of[key] = {c: int(u * scale) for c, u in raw.items()}
+                wanted.setdefault(key, {})[n] = int(cap * scale) - 1
+                if len(weight) > 1:
+                    self.strict.append(f"DRA devices: partitions of several sizes share counter sets with "
+                                       f"{kind.describe()}: the per-set blocking bound is conservative")
+        self._add_counters(wanted, uses_of, nodes, classes)
 
     def _amounts(self, nodes: Sequence[_Node], classes: Sequence[PodClass]) -> None:
         """Capacity of multi-allocatable devices and counters of partitionable ones, as dimensions: on a node,
@@ -523,18 +713,34 @@ class _Analysis:
             have = len(node.candidates.get(kind, ()))
             if kind in demand.all and (not have or kind in node.busy):
                 return f"{source}: allocationMode All needs every device of {kind.describe()} free"
-            if kind in demand.match and kind in node.unmatched:
-                return (f"{source}: matchAttribute {', '.join(sorted(demand.match[kind]))} over candidates that "
-                        "differ in it is not modelled yet")
+            if kind.constraint and (why := _piece_refusal(kind, demand.pieces.get(kind, ()), node)):
+                return f"{source}: {why}"
             if kind in demand.count or kind in demand.admin:
                 need = demand.count.get(kind, 0)
                 if (need and have < need) or (kind in demand.admin and not have):
                     return f"no instance type offers {max(need, 1)} free device(s) of {kind.describe()} ({source})"
+        for source, attribute, members in demand.linked:
+            groups = [node.groups.get(k, {}) for k, _ in members]
+            if not set.intersection(*({v for v, n in g.items() if n >= q} for g, (_, q) in zip(groups, members,
+                                                                                                  strict=True))):
+                return f"{source}: no {attribute} value has enough free devices for every request (matchAttribute)"
+            if any(len(g) > 1 for g in groups):
+                return (f"{source}: matchAttribute {attribute} across several requests, over devices with several "
+                        f"{attribute} values on one node, is not modelled yet")
         for source, alts in demand.choices:
             if not any(len(node.candidates.get(k, ())) >= n for k, n in alts):
                 wanted = " or ".join(f"{n} of {k.describe()}" for k, n in alts)
                 return f"no instance type offers free devices for any alternative of {source} ({wanted})"
         return ""
+
+
+def _gcd(*values: Fraction) -> Fraction:
+    """The largest amount every value is a whole multiple of (1 when none)."""
+    out = Fraction(0)
+    for v in values:
+        out = Fraction(gcd(out.numerator * v.denominator, v.numerator * out.denominator),
+                       out.denominator * v.denominator)
+    return out or Fraction(1)
 
 
 def _signature(weight: Mapping[Kind, Fraction]) -> tuple[tuple[Kind, Fraction], ...]:
@@ -592,16 +798,21 @@ def _shared(node: _Node, kind: Kind, devices: Sequence[NodeDevice], found: list[
 
 def _partitions(node: _Node, kind: Kind, devices: Sequence[NodeDevice], found: list[int],
                 in_use: frozenset[DeviceID], counter_sets: Mapping[tuple[str, str], Mapping[str, Fraction]]) -> None:
-    """Candidates that draw on a counter set (partitionable devices): modelled when every device of the node
-    that draws on counters draws on one set, whose counters then bound the node (what in-use devices draw
-    is gone)."""
+    """Candidates that draw on counter sets (partitionable devices). One set per node: its counters bound the
+    node (``counters_left``). Several (a set per physical GPU): each device must draw on exactly one, and the
+    sets' counters (``set_left``) feed the blocking dimension of ``_Analysis._sets``. What in-use devices draw
+    is gone either way."""
     sets = {(d.id.pool, use.counter_set) for d in devices for use in d.device.consumes_counters}
-    if len(sets) != 1:
-        node.unsupported[kind] = "partitionable devices drawing on several counter sets"
+    if len(sets) > 1 and any(len(d.device.consumes_counters) > 1 for d in devices):
+        node.unsupported[kind] = "partitionable devices each drawing on several counter sets"
         return
-    if not node.counters_left:
+    if len(sets) == 1 and not node.counters_left:
         ((pool, name),) = sets
-        node.counters_left = _set_values(devices, in_use, counter_sets.get((pool, name), {}))
+        node.counters_left = _set_values(devices, in_use, counter_sets.get((pool, name), {}), (pool, name))
+    elif len(sets) > 1 and not node.set_left:
+        for key in sorted(sets):
+            node.set_full[key] = dict(counter_sets.get(key, {}))
+            node.set_left[key] = _set_values(devices, in_use, counter_sets.get(key, {}), key)
     draws: dict[str, Fraction] = {}
     for i in found:
         for use in devices[i].device.consumes_counters:
@@ -610,13 +821,15 @@ def _partitions(node: _Node, kind: Kind, devices: Sequence[NodeDevice], found: l
     node.draws[kind] = draws
 
 
-def _set_values(devices: Sequence[NodeDevice], in_use: frozenset[DeviceID],
-                values: Mapping[str, Fraction]) -> dict[str, Fraction]:
+def _set_values(devices: Sequence[NodeDevice], in_use: frozenset[DeviceID], values: Mapping[str, Fraction],
+                key: tuple[str, str]) -> dict[str, Fraction]:
     """A counter set's counters less what devices in use draw on it."""
     left = dict(values)
     for d in devices:
         if d.id in in_use:
             for use in d.device.consumes_counters:
+                if (d.id.pool, use.counter_set) != key:
+                    continue
                 for name, amount in use.amounts().items():
                     left[name] = left.get(name, Fraction(0)) - amount
     return left
@@ -629,10 +842,6 @@ def _node(devices: Sequence[NodeDevice], kinds: Sequence[Kind], classes: Mapping
     node = _Node(devices=devices)
     consumed = consumed or {}
     keys = [device_type(d.device) for d in devices]
-    matched: dict[Kind, set[str]] = {}
-    for demand in demands.values():
-        for kind, names in demand.match.items():
-            matched.setdefault(kind, set()).update(names)
     for kind in kinds:
         device_class = classes.get(kind.device_class)
         if device_class is None:
@@ -645,8 +854,12 @@ def _node(devices: Sequence[NodeDevice], kinds: Sequence[Kind], classes: Mapping
         except (SelectorEvalError, SelectorCompileError) as err:
             node.errors[kind] = str(err)
             continue
+        if kind.constraint:  # the attribute must exist on every device of a constrained request
+            found = [i for i in found if devices[i].device.attribute(kind.constraint[1]) is not None]
         multi = [i for i in found if devices[i].device.allow_multiple_allocations]
-        if multi:
+        if multi and kind.constraint:
+            node.unsupported[kind] = f"{kind.constraint[0]}Attribute over multi-allocatable devices"
+        elif multi:
             found = _shared(node, kind, devices, found, consumed)
         elif any(devices[i].device.consumes_counters for i in found):
             _partitions(node, kind, devices, found, in_use, sets or {})
@@ -654,8 +867,34 @@ def _node(devices: Sequence[NodeDevice], kinds: Sequence[Kind], classes: Mapping
         if kind.all and len(free) < len(found):
             node.busy.add(kind)
         node.candidates[kind] = frozenset(found if kind.admin else free)
-        for name in matched.get(kind, ()):
-            values = {devices[i].device.attribute(name) for i in node.candidates[kind]}
-            if len(values) > 1 or None in values:
-                node.unmatched.add(kind)
+        if kind.constraint:
+            node.groups[kind] = _values(devices, node.candidates[kind], kind.constraint[1])
+        if node.set_left and kind in node.draws:
+            per_set: dict[tuple[str, str], int] = {}
+            for i in node.candidates[kind]:
+                for use in devices[i].device.consumes_counters:
+                    per_set[(devices[i].id.pool, use.counter_set)] = per_set.get(
+                        (devices[i].id.pool, use.counter_set), 0) + 1
+            node.per_set[kind] = per_set
     return node
+
+
+def _values(devices: Sequence[NodeDevice], found: frozenset[int], attribute: str) -> dict[str, int]:
+    """Free candidates per value of ``attribute`` (JSON-spelled, so ``1`` and ``"1"`` stay apart)."""
+    out: dict[str, int] = {}
+    for i in found:
+        value = json.dumps(devices[i].device.attribute(attribute))
+        out[value] = out.get(value, 0) + 1
+    return out
+
+
+def _piece_refusal(kind: Kind, pieces: Sequence[int], node: _Node) -> str:
+    """Why a piece of a constrained kind finds no devices on ``node`` whatever else is there ("" when it can)."""
+    groups = node.groups.get(kind, {})
+    mode, attribute = kind.constraint
+    for q in pieces:
+        if mode == "match" and not any(n >= q for n in groups.values()):
+            return f"no {attribute} value has {q} free device(s) of {kind.describe()} (matchAttribute)"
+        if mode == "distinct" and len(groups) < q:
+            return f"fewer than {q} distinct {attribute} values among the free devices of {kind.describe()}"
+    return ""
