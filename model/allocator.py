@@ -67,6 +67,8 @@ class NodeDevices:
     in_use: set[DeviceID] = field(default_factory=set)
     consumed: dict[DeviceID, dict[str, Fraction]] = field(default_factory=dict)
     counters_used: dict[tuple[str, str, str], dict[str, Fraction]] = field(default_factory=dict)
+    #: (driver, pool) of the network-attached pools among ``devices``
+    network: frozenset[tuple[str, str]] = frozenset()
 
     @classmethod
     def of(cls, devices: Sequence[NodeDevice], pools: Iterable[Pool], in_use: Iterable[DeviceID] = (),
@@ -109,6 +111,28 @@ class NodeDevices:
                 self.in_use.add(result.device)
                 if item is not None:
                     self._draw_counters(item, +1)
+
+
+def one_state(nodes: Sequence[NodeDevices]) -> None:
+    """Make the nodes' taken devices, shares and counters one state: a network-attached device is reachable
+    from several nodes, so taking it on one takes it on all (device ids and counter sets are keyed by pool,
+    and a node-local pool belongs to one node, so nothing else is merged). What allocated claims held was
+    recorded by each node that sees the device: it is counted once."""
+    in_use: set[DeviceID] = set()
+    consumed: dict[DeviceID, dict[str, Fraction]] = {}
+    counter_sets: dict[tuple[str, str, str], dict[str, Fraction]] = {}
+    counters_used: dict[tuple[str, str, str], dict[str, Fraction]] = {}
+    for node in nodes:
+        in_use |= node.in_use
+        for key, value in node.consumed.items():
+            consumed.setdefault(key, value)
+        for ckey, values in node.counter_sets.items():
+            counter_sets.setdefault(ckey, values)
+        for ckey, used in node.counters_used.items():
+            counters_used.setdefault(ckey, used)
+    for node in nodes:
+        node.in_use, node.consumed, node.counter_sets, node.counters_used = in_use, consumed, counter_sets, \
+            counters_used
 
 
 def share(request: ExactRequest, device: Device, already: Mapping[str, Fraction]

@@ -11,8 +11,8 @@ listed):
 - a node not published yet (a planned NodeClaim, an in-flight one, a Node not initialized): what its instance
   type's inventory publishes (``InstanceType.node_resource_slices``). Slices such a node has already
   published are ignored, as Karpenter ignores them, so nothing is counted twice.
-Network-attached slices (``allNodes`` / ``nodeSelector``) are not node-local; they are listed apart
-(``network_attached``) and not offered by any node here.
+Network-attached slices (``allNodes`` / ``nodeSelector``) are not node-local: ``network_devices`` lists what
+a node reaches of them, one pool for every node (taking a device on one node takes it everywhere).
 
 A device is a candidate for a request when the DeviceClass's selectors and then the request's all hold
 (CEL, ``model.dracel``: a runtime error is ``SelectorEvalError``, on which the scheduler aborts the pod's
@@ -91,8 +91,24 @@ def offered_slices(published: Iterable[ResourceSlice], node_name: str, labels: M
 
 
 def network_attached(slices: Iterable[ResourceSlice]) -> tuple[ResourceSlice, ...]:
-    """Slices not bound to one node (``allNodes``, ``nodeSelector``, per-device node selection)."""
-    return tuple(s for s in slices if not s.node_name)
+    """Slices not bound to one node (``allNodes``, ``nodeSelector``, per-device node selection), with the
+    counter slices of their pools."""
+    slices = list(slices)
+    pools = {s.pool_id for s in slices if not s.node_name and (s.all_nodes or s.node_selector is not None
+                                                                 or s.per_device_node_selection)}
+    return tuple(s for s in slices if s.pool_id in pools and not s.node_name)
+
+
+def network_pools(slices: Iterable[ResourceSlice]) -> tuple[Pool, ...]:
+    """The usable pools of the network-attached slices: one pool for every node that reaches it."""
+    return tuple(pool for pool in gather_pools(network_attached(slices)) if pool.usable)
+
+
+def network_devices(slices: Iterable[ResourceSlice], node_name: str, labels: Mapping[str, str]
+                    ) -> tuple[NodeDevice, ...]:
+    """The network-attached devices a node reaches, in the allocator's order."""
+    return tuple(NodeDevice(pool.device_id(d), d) for pool in network_pools(slices)
+                 for d in pool.devices_for(node_name, labels))
 
 
 def device_type(device: Device) -> str:

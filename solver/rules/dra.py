@@ -57,7 +57,13 @@ an ``All`` alternative or under a constraint; a constraint on an ``All`` or admi
 request, ``distinctAttribute`` across requests of different devices; ``matchAttribute`` across requests on
 nodes where their devices carry several values; constraints over multi-allocatable devices;
 multi-allocatable devices mixed with dedicated ones among a kind's candidates; a device drawing on several
-counter sets; network-attached slices (pods are planned on node-local devices; the note says so).
+counter sets; network-attached devices that are multi-allocatable, draw on counters or are selected per
+device (not offered; the note says so), ``All`` over network-attached devices.
+
+Network-attached devices (``allNodes`` / ``nodeSelector`` slices) are one pool for the whole batch
+(``_Network``): a kind only they serve takes nothing on the node, needs a node reaching its slices, and is
+reserved in queue order against everything that could take those devices; pods sharing such a claim need no
+common node.
 """
 
 from __future__ import annotations
@@ -80,18 +86,22 @@ from model.devices import (
     device_type,
     inventory_devices,
     inventory_slices,
-    network_attached,
+    network_pools,
     offered_slices,
+    published_devices,
 )
 from model.dra import (
     ClaimIndex,
     ClaimSpec,
+    Device,
     DeviceClass,
     DeviceConstraint,
     DeviceID,
     ExactRequest,
     ResolvedClaim,
+    ResourceSlice,
     allocated_state,
+    node_terms,
 )
 from model.dracel import SelectorCompileError, SelectorEvalError, compile_selector
 from model.inflight import node_views
@@ -183,6 +193,8 @@ class _Demand:
     linked: list[tuple[str, str, tuple[tuple[Kind, int], ...]]] = field(default_factory=list)
     #: which claim and request each kind comes from (for reasons)
     source: dict[Kind, str] = field(default_factory=dict)
+    #: kinds only network-attached devices serve (``_Network``): no devices on the node
+    network: frozenset[Kind] = frozenset()
 
     @property
     def kinds(self) -> list[Kind]:
@@ -214,6 +226,8 @@ class _Demand:
             ref, exact = alternatives[0]
             constraint = covering.get(request.name)
             kind = Kind.of(exact, _constraint_key(constraint) if constraint else ())
+            if kind in self.network:
+                continue
             self.source.setdefault(kind, f"claim {claim} request {ref}")
             exact_kinds[request.name] = (kind, exact.count)
             if kind.admin:
@@ -311,6 +325,7 @@ class ResourceClaims(Rule):
         if not any(p.resource_claims for p in pods):
             return pods
         index = _index(batch)
+        network = _network(batch, pods)
         out = []
         for pod in pods:
             if not pod.resource_claims or pod.rule_problem or pod.volume_problem:
@@ -335,6 +350,11 @@ class ResourceClaims(Rule):
                     problem = f"claim {claim.claim_key or claim.ref.name}: DRA {feature} is not modelled yet"
                 if problem:
                     break
+            if not problem:
+                problem, reach = network.reserve(pod, index)
+                groups += reach
+                reasons += [f"network-attached devices of {where} are reachable from these nodes"
+                            for where in network.reach_names[:len(reach)]]
             if problem:
                 out.append(pod.model_copy(update={"rule_problem": f"{NAME}: {problem}"}))
             elif groups:
@@ -361,8 +381,9 @@ class ResourceClaims(Rule):
         for pod in pods:
             if pod.rule_problem or not pod.resource_claims:
                 continue
+            network = _network(batch)
             for claim in index.resolve(pod):
-                if claim.shared and not claim.allocated and claim.claim_key:
+                if claim.shared and not claim.allocated and claim.claim_key and not network.serves(claim):
                     members.setdefault(claim.claim_key, []).append(pod.key)
         for keys in members.values():
             for key in keys[1:]:
@@ -419,11 +440,173 @@ class ResourceClaims(Rule):
 
     def unmodelled(self, batch: BatchContext, classes: Sequence[PodClass],
                    counters: Sequence[NodeCounter]) -> list[str]:
-        slices = network_attached(batch.snapshot.resource_slices)
-        if slices and any(p.resource_claims for c in classes for p in c.pods):
-            return [f"network-attached ResourceSlices ({', '.join(sorted({s.name for s in slices})[:3])}) are not "
-                    "offered to pods (only node-local devices are modelled)"]
+        network = batch.memo.get("dra-network")
+        if isinstance(network, _Network) and network.ignored and any(p.resource_claims for c in classes
+                                                                      for p in c.pods):
+            return [f"network-attached devices are not offered to {', '.join(sorted(network.ignored)[:3])} (only "
+                    "its node-local devices are planned)"]
         return []
+
+
+@dataclass
+class _Network:
+    """Network-attached devices (slices with ``allNodes`` / ``nodeSelector``): one pool for every node that
+    reaches it, so what they give is counted across the batch, not per node.
+
+    A request whose kind has network candidates and node-local ones somewhere is planned on node-local devices
+    (if the scheduler gives it a network device instead, a local one is left idle) and counts as a possible
+    user of the network devices it could take. A kind only network devices serve (``only``) takes nothing on
+    the node: its pod needs a node that reaches every slice holding the kind's candidates, and pods get their
+    devices in queue order while, for each such kind ρ, Σ over kinds whose network candidates meet ρ's of the
+    devices they may take ≤ ρ's free network candidates — so they are found in any binding order (every
+    possible user counted first). A pod past that stays pending, naming the kind. Network devices that are
+    multi-allocatable or draw on counters, and per-device node selection, are not offered (``ignored``)."""
+
+    devices: tuple[NodeDevice, ...]
+    slices: Mapping[tuple[str, str], Sequence[ResourceSlice]]
+    classes: Mapping[str, DeviceClass]
+    local_types: tuple[tuple[Device, str], ...]
+    candidates: dict[Kind, frozenset[int]] = field(default_factory=dict)
+    only: set[Kind] = field(default_factory=set)
+    tally: dict[Kind, int] = field(default_factory=dict)
+    #: claims whose network devices are reserved (a shared claim: by its first consumer)
+    reserved: set[str] = field(default_factory=set)
+    ignored: set[str] = field(default_factory=set)
+    reach_names: list[str] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, batch: BatchContext, pods: Sequence[Pod], index: ClaimIndex) -> _Network:
+        snapshot = batch.snapshot
+        held = allocated_state(snapshot.resource_claims).devices
+        pools = network_pools(snapshot.resource_slices)
+        devices = tuple(NodeDevice(pool.device_id(d), d) for pool in pools for d in pool.devices
+                        if pool.device_id(d) not in held)
+        local: dict[str, Device] = {}
+        catalog = {it.name: it for it in snapshot.instance_types}
+        for it in {t.instance_type.name: t.instance_type for t in batch.templates}.values():
+            for item in inventory_devices(it, "node"):
+                local.setdefault(device_type(item.device), item.device)
+        for e in batch.existing:
+            for item in (*published_devices(snapshot.resource_slices, e.name, e.node.labels),
+                         *inventory_devices(catalog.get(e.node.labels.get(wk.INSTANCE_TYPE, "")), e.name)):
+                local.setdefault(device_type(item.device), item.device)
+        network = cls(devices=devices, slices={(p.driver, p.name): p.slices for p in pools}, classes=index.classes,
+                      local_types=tuple((d, k) for k, d in local.items()))
+        counted: set[tuple[str, Kind]] = set()
+        for pod in pods:  # every possible user first, so the reservations below hold whatever binds first
+            for key, kind, count, _ in network._requests(pod, index):
+                if kind not in network.only and (key, kind) not in counted:
+                    network.tally[kind] = network.tally.get(kind, 0) + count
+            counted.update((key, kind) for key, kind, _, _ in network._requests(pod, index))
+        return network
+
+    def _requests(self, pod: Pod, index: ClaimIndex) -> list[tuple[str, Kind, int, ExactRequest]]:
+        """(claim, kind, count, request) of the pod's unallocated requests that network devices could serve."""
+        out = []
+        for claim in index.resolve(pod):
+            if claim.allocated or claim.spec is None or claim.problem:
+                continue
+            key = claim.claim_key or f"{pod.key}/{claim.ref.name}"
+            covering = _covering(claim.spec)
+            for request in claim.spec.requests:
+                for _, exact in request.alternatives():
+                    constraint = covering.get(request.name)
+                    kind = Kind.of(exact, _constraint_key(constraint) if constraint else ())
+                    if not exact.admin_access and self._classify(kind, len(request.alternatives()) == 1):
+                        out.append((key, kind, exact.count, exact))
+        return out
+
+    def _classify(self, kind: Kind, plain: bool) -> frozenset[int]:
+        """The kind's free network candidates (empty: network devices play no part); ``only`` gains it when
+        no node-local device anywhere is a candidate and the request is a plain ExactCount one."""
+        if kind in self.candidates:
+            return self.candidates[kind]
+        device_class = self.classes.get(kind.device_class)
+        found: list[int] = []
+        if device_class is not None:
+            try:
+                found = [i for i, d in enumerate(self.devices) if candidate(kind.request, device_class, d.device)]
+            except (SelectorEvalError, SelectorCompileError):
+                found = []
+        unusable = [i for i in found if self.devices[i].device.allow_multiple_allocations
+                    or self.devices[i].device.consumes_counters
+                    or any(s.per_device_node_selection for s in self.slices[self.devices[i].id.driver,
+                                                                            self.devices[i].id.pool])]
+        if unusable:
+            self.ignored.add(kind.describe())
+            found = []
+        self.candidates[kind] = frozenset(found)
+        if found and plain and not kind.all and not kind.constraint and device_class is not None and not any(
+                candidate(kind.request, device_class, d, key) for d, key in self.local_types):
+            self.only.add(kind)
+        return self.candidates[kind]
+
+    def serves(self, claim: ResolvedClaim) -> bool:
+        """Do network devices serve every request of the claim (then its pods need not share a node)?"""
+        if claim.spec is None or not claim.spec.requests:
+            return False
+        return all(len(r.alternatives()) == 1 and Kind.of(r.alternatives()[0][1]) in self.only
+                   and not _covering(claim.spec) for r in claim.spec.requests)
+
+    def reserve(self, pod: Pod, index: ClaimIndex) -> tuple[str, list[tuple[Requirements, ...]]]:
+        """Take the pod's network devices (or say why not) and the nodes that reach them."""
+        if not self.devices:
+            return "", []
+        wanted: dict[Kind, int] = {}
+        taken: set[str] = set()
+        reach: list[tuple[Requirements, ...]] = []
+        self.reach_names = []
+        for key, kind, count, exact in self._requests(pod, index):
+            if exact.allocation_mode == "All":
+                return f"{kind.describe()}: allocationMode All over network-attached devices is not modelled yet", []
+            if kind not in self.only:
+                continue
+            terms = self._reach(kind)
+            if terms is None:
+                return (f"the network-attached devices of {kind.describe()} sit behind different node selectors "
+                        "(not modelled yet)"), []
+            if terms:
+                reach.append(terms)
+                self.reach_names.append(kind.describe())
+            if key not in self.reserved:
+                wanted[kind] = wanted.get(kind, 0) + count
+                taken.add(key)
+        if not wanted:
+            return "", reach
+        tally = dict(self.tally)
+        for kind, count in wanted.items():
+            tally[kind] = tally.get(kind, 0) + count
+        for kind in self.only:
+            own = self.candidates[kind]
+            used = sum(n for k, n in tally.items() if self.candidates.get(k, frozenset()) & own)
+            if used > len(own):
+                return (f"the {len(own)} free network-attached device(s) of {kind.describe()} are all spoken for "
+                        "by pods before it"), []
+        self.tally = tally
+        self.reserved |= taken
+        return "", reach
+
+    def _reach(self, kind: Kind) -> tuple[Requirements, ...] | None:
+        """Node terms reaching every slice with a candidate of the kind (() = every node; None = selectors
+        that differ)."""
+        selectors = set()
+        for i in self.candidates[kind]:
+            device = self.devices[i]
+            for item in self.slices[device.id.driver, device.id.pool]:
+                if any(d.name == device.device.name for d in item.devices) and not item.all_nodes:
+                    selectors.add(json.dumps(item.node_selector, sort_keys=True))
+        if len(selectors) > 1:
+            return None
+        return node_terms(json.loads(next(iter(selectors)))) if selectors else ()
+
+
+def _network(batch: BatchContext, pods: Sequence[Pod] = ()) -> _Network:
+    """The batch's network-attached devices, analysed once (with the pods ``constrain`` sees)."""
+    network = batch.memo.get("dra-network")
+    if not isinstance(network, _Network):
+        network = _Network.build(batch, pods, _index(batch))
+        batch.memo["dra-network"] = network
+    return network
 
 
 def _index(batch: BatchContext) -> ClaimIndex:
@@ -448,7 +631,8 @@ class _Analysis:
     @classmethod
     def build(cls, batch: BatchContext, classes: Sequence[PodClass]) -> _Analysis:
         index = _index(batch)
-        demands = {c.index: _class_demand(c, index) for c in classes
+        network = _network(batch)
+        demands = {c.index: _class_demand(c, index, network) for c in classes
                    if not c.representative.rule_problem and any(p.resource_claims for p in c.pods)}
         demands = {c: d for c, d in demands.items() if d.kinds}
         kinds = sorted({k for d in demands.values() for k in d.kinds}, key=_kind_order)
@@ -564,7 +748,55 @@ class _Analysis:
                 if near != {kind}:
                     self.strict.append(f"DRA devices: {kind.describe()} shares devices with other requests; its "
                                        "pieces count every device they take (any binding order)")
+        self._linked(nodes, neighbourhoods, wanted, uses_of)
         self._add_counters(wanted, uses_of, nodes, classes)
+
+    def _linked(self, nodes: Sequence[_Node], neighbourhoods: Sequence[Mapping[Kind, frozenset[Kind]]],
+                wanted: dict[Hashable, dict[int, int]], uses_of: dict[Hashable, dict[int, int]]) -> None:
+        """matchAttribute across requests of kinds ρ_1..ρ_r (q_j devices each, one value for all) on a node
+        whose devices carry several values. A value v is usable when every ρ_j has q_j free there; a piece
+        fails only when each usable value is broken — some ρ_j has more than c_jv − q_j of its devices there
+        taken, at least β_j = min_v (c_jv − q_j + 1) — so fewer than |usable| breaks, Σ_j (T_j − q_j) / β_j <
+        |usable| with T_j the devices the kinds meeting ρ_j take, holds in any binding order. When only these
+        kinds' candidates are disjoint, no other request takes them and every piece asks the same, first fit
+        fills a value before the next:
+        Σ pieces ≤ Σ_v min_j ⌊c_jv / q_j⌋, exactly."""
+        shapes = {(attribute, members) for d in self.demands.values() for _, attribute, members in d.linked}
+        for n, node in enumerate(nodes):
+            for attribute, members in shapes:
+                groups = [node.groups.get(kind, {}) for kind, _ in members]
+                values = set().union(*groups)
+                if len(values) < 2 or any(kind in node.unsupported for kind, _ in members):
+                    continue
+                usable = [v for v in values if all(g.get(v, 0) >= q for g, (_, q) in zip(groups, members,
+                                                                                           strict=True))]
+                near = [neighbourhoods[n].get(kind) for kind, _ in members]
+                if not usable or any(nb is None for nb in near):
+                    continue
+                own = {kind for kind, _ in members}
+                pieces = {c: sum(1 for _, a, m in d.linked if (a, m) == (attribute, members))
+                          for c, d in self.demands.items()}
+                alone = all(nb == {kind} for nb, (kind, _) in zip(near, members, strict=True)) and all(
+                    not own & {*d.all, *d.admin, *(k for _, a in d.choices for k, _ in a)}
+                    and {k: v for k, v in d.count.items() if k in own} == {
+                        k: q * pieces[c] for k, q in members if pieces[c]}
+                    for c, d in self.demands.items())
+                if alone:
+                    key: Hashable = ("linked-slots", attribute, members)
+                    uses_of[key] = {c: p for c, p in pieces.items() if p}
+                    wanted.setdefault(key, {})[n] = sum(min(g.get(v, 0) // q for g, (_, q) in
+                                                            zip(groups, members, strict=True)) for v in usable)
+                    continue
+                beta = [min(g[v] - q + 1 for v in usable) for g, (_, q) in zip(groups, members, strict=True)]
+                scale = lcm(*beta)
+                key = ("linked", attribute, members, tuple(near), scale)
+                uses_of[key] = {c: u for c, d in self.demands.items()
+                                if (u := sum(scale // b * d.uses(nb) for b, nb in zip(beta, near, strict=True)
+                                             if nb is not None))}
+                wanted.setdefault(key, {})[n] = scale * len(usable) + sum(
+                    q * scale // b for b, (_, q) in zip(beta, members, strict=True)) - 1
+                self.strict.append(f"DRA devices: matchAttribute {attribute} across requests on nodes whose devices "
+                                   "carry several values: a bound that holds in any binding order")
 
     def _add_counters(self, wanted: Mapping[Hashable, Mapping[int, int]], uses_of: Mapping[Hashable, dict[int, int]],
                       nodes: Sequence[_Node], classes: Sequence[PodClass]) -> None:
@@ -578,7 +810,7 @@ class _Analysis:
             per_node = [max(caps[n], 0) if n in caps else unbounded for n in range(len(nodes))]
             assert isinstance(key, tuple)
             self.counters.append(NodeCounter(
-                name=f"{DEVICES}:{key[0]}:{len(self.counters)}:{key[1].describe()}", uses=uses,
+                name=f"{DEVICES}:{key[0]}:{len(self.counters)}:{_label(key[1])}", uses=uses,
                 new_capacity=unbounded, per_unit=True,
                 template_capacity=tuple(per_node[:split]), existing_capacity=tuple(per_node[split:])))
 
@@ -724,14 +956,15 @@ class _Analysis:
             if not set.intersection(*({v for v, n in g.items() if n >= q} for g, (_, q) in zip(groups, members,
                                                                                                   strict=True))):
                 return f"{source}: no {attribute} value has enough free devices for every request (matchAttribute)"
-            if any(len(g) > 1 for g in groups):
-                return (f"{source}: matchAttribute {attribute} across several requests, over devices with several "
-                        f"{attribute} values on one node, is not modelled yet")
         for source, alts in demand.choices:
             if not any(len(node.candidates.get(k, ())) >= n for k, n in alts):
                 wanted = " or ".join(f"{n} of {k.describe()}" for k, n in alts)
                 return f"no instance type offers free devices for any alternative of {source} ({wanted})"
         return ""
+
+
+def _label(what: object) -> str:
+    return what.describe() if isinstance(what, Kind) else str(what)
 
 
 def _gcd(*values: Fraction) -> Fraction:
@@ -751,9 +984,10 @@ def _kind_order(kind: Kind) -> tuple[str, tuple[str, ...], bool, bool, str]:
     return kind.device_class, kind.selectors, kind.all, kind.admin, repr(kind.request)
 
 
-def _class_demand(pod_class: PodClass, index: ClaimIndex) -> _Demand:
-    """One unit's devices: each pod's own claims, each shared claim once."""
-    demand = _Demand()
+def _class_demand(pod_class: PodClass, index: ClaimIndex, network: _Network) -> _Demand:
+    """One unit's devices: each pod's own claims, each shared claim once; requests network-attached devices
+    serve take nothing on the node."""
+    demand = _Demand(network=frozenset(network.only))
     seen: set[str] = set()
     for pod in (pod_class.pods if pod_class.bundle else pod_class.pods[:1]):
         for claim in index.resolve(pod):

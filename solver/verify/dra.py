@@ -12,13 +12,21 @@ which the plan reports.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from model import labels as wk
-from model.allocator import AllocationError, DeviceResult, NodeDevices, allocate
-from model.devices import offered_slices
-from model.dra import MAX_RESERVED_FOR, AllocatedState, ClaimIndex, ClaimSpec, allocated_state, gather_pools
+from model.allocator import AllocationError, DeviceResult, NodeDevices, allocate, one_state
+from model.devices import network_devices, network_pools, offered_slices
+from model.dra import (
+    MAX_RESERVED_FOR,
+    AllocatedState,
+    ClaimIndex,
+    ClaimSpec,
+    DeviceID,
+    allocated_state,
+    gather_pools,
+)
 from model.dracel import SelectorEvalError
 from model.inflight import node_views
 from model.instancetype import InstanceType
@@ -39,6 +47,27 @@ class Allocations:
     violations: list[Violation] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Placed:
+    """Where a shared claim was allocated: on ``node`` when one of its devices is node-local there (the
+    allocator's nodeSelector names the node), else wherever its network-attached devices all are reachable."""
+
+    node: str
+    local: bool
+    devices: frozenset[DeviceID]
+
+    @classmethod
+    def of(cls, node: str, devices: NodeDevices, taken: Sequence[DeviceID]) -> Placed:
+        local = {d.id for d in devices.devices if (d.id.driver, d.id.pool) not in devices.network}
+        return cls(node, any(t in local for t in taken) or not taken, frozenset(taken))
+
+    def reaches(self, node: str, devices: NodeDevices) -> bool:
+        """May a pod on ``node`` (offering ``devices``) use the claim?"""
+        if self.local:
+            return node == self.node
+        return self.devices <= {d.id for d in devices.devices}
+
+
 def check(ctx: Context) -> Iterator[Violation]:
     yield from allocations(ctx).violations
 
@@ -55,13 +84,16 @@ def allocations(ctx: Context) -> Allocations:
     held = allocated_state(snapshot.resource_claims)
     views = {v.node.name: v for v in node_views(snapshot)}
     catalog = {it.name: it for it in snapshot.instance_types}
-    allocated_here: dict[str, str] = {}  # shared claim → the node the plan allocates it on
+    allocated_here: dict[str, Placed] = {}  # shared claim → where the plan allocates it
     consumers: dict[str, int] = {}
+    devices = []
     for state in nodes:
         published = state.claim is None and (view := views.get(state.name)) is not None and view.initialized \
             and not view.inflight
         it = state.instance_type if state.claim is not None else catalog.get(state.labels.get(wk.INSTANCE_TYPE, ""))
-        node = node_devices(snapshot, state.name, state.labels, it, published, held)
+        devices.append(node_devices(snapshot, state.name, state.labels, it, published, held))
+    one_state(devices)
+    for state, node in zip(nodes, devices, strict=True):
         for pod in state.placed:
             if pod.resource_claims:
                 _pod(ctx, state, pod, index, node, allocated_here, consumers, out)
@@ -74,11 +106,18 @@ def node_devices(snapshot: Snapshot, name: str, labels: Mapping[str, str], insta
     initialized node published, else what its instance type's inventory publishes (a planned or in-flight
     node; its own early slices are not counted twice)."""
     slices, devices = offered_slices(snapshot.resource_slices, name, labels, instance_type, published)
-    return NodeDevices.of(devices, [p for p in gather_pools(slices) if p.usable], held.devices, held.consumed)
+    network = network_devices(snapshot.resource_slices, name, labels)
+    if network:  # one device order: pools by (driver, pool), node-local and network-attached alike
+        devices = tuple(sorted((*devices, *network), key=lambda d: (d.id.driver, d.id.pool)))
+    shared = network_pools(snapshot.resource_slices)
+    node = NodeDevices.of(devices, [*(p for p in gather_pools(slices) if p.usable), *shared], held.devices,
+                          held.consumed)
+    node.network = frozenset((p.driver, p.name) for p in shared)
+    return node
 
 
 def _pod(ctx: Context, state: NodeState, pod: Pod, index: ClaimIndex, node: NodeDevices,
-         allocated_here: dict[str, str], consumers: dict[str, int], out: Allocations) -> None:
+         allocated_here: dict[str, Placed], consumers: dict[str, int], out: Allocations) -> None:
     def refuse(message: str) -> None:
         out.violations.append(Violation(RULE, f"{state.where}: pod {pod.key}: {message}", pods=ctx.pending_keys([pod])))
 
@@ -103,8 +142,9 @@ def _pod(ctx: Context, state: NodeState, pod: Pod, index: ClaimIndex, node: Node
             return refuse(f"device class {missing[0]} not found")
         if claim.claim_key and claim.claim_key in allocated_here:
             consumers[claim.claim_key] = consumers.get(claim.claim_key, 0) + 1
-            if allocated_here[claim.claim_key] != state.name:
-                return refuse(f"resourceclaim {claim.claim_key} is allocated on node {allocated_here[claim.claim_key]} "
+            placed = allocated_here[claim.claim_key]
+            if not placed.reaches(state.name, node):
+                return refuse(f"resourceclaim {claim.claim_key} is allocated on node {placed.node} "
                               "by an earlier pod of the plan")
             if consumers[claim.claim_key] > MAX_RESERVED_FOR:
                 return refuse(f"resourceclaim {claim.claim_key} has more than {MAX_RESERVED_FOR} consumers")
@@ -120,7 +160,7 @@ def _pod(ctx: Context, state: NodeState, pod: Pod, index: ClaimIndex, node: Node
     node.take(results)
     for key, _ in wanted:
         if key in index.claims:
-            allocated_here[key] = state.name
+            allocated_here[key] = Placed.of(state.name, node, [r.device for r in results if r.claim == key])
             consumers[key] = 1
     out.by_node.setdefault(state.name, []).extend((pod.key, r) for r in results)
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from model import labels as wk
-from model.allocator import AllocationError, DeviceResult, NodeDevices, allocate
+from model.allocator import AllocationError, DeviceResult, NodeDevices, allocate, one_state
 from model.dra import ClaimSpec, allocated_state
 from model.dracel import SelectorEvalError
 from model.inflight import node_views
@@ -23,7 +23,7 @@ from model.instancetype import InstanceType
 from model.pod import Pod
 from model.requirements import Requirements
 from model.snapshot import Snapshot
-from solver.verify.dra import node_devices
+from solver.verify.dra import Placed, node_devices
 
 #: the filter's name in replay reports
 DEVICES = "DynamicResources"
@@ -45,7 +45,7 @@ class DeviceState:
     """Devices left per node and where each shared claim was allocated, in one order's replay."""
 
     nodes: list[NodeDevices]
-    placed: dict[str, int] = field(default_factory=dict)
+    placed: dict[str, Placed] = field(default_factory=dict)
 
     def copy(self) -> DeviceState:
         return DeviceState(copy.deepcopy(self.nodes), dict(self.placed))
@@ -67,6 +67,7 @@ class DeviceFilter:
             published = name not in claim_types and view is not None and view.initialized and not view.inflight
             it = claim_types[name] if name in claim_types else catalog.get(node_labels.get(wk.INSTANCE_TYPE, ""))
             nodes.append(node_devices(snapshot, name, node_labels, it, published, held))
+        one_state(nodes)
         self.initial = DeviceState(nodes)
         self.names = list(names)
         self.labels = list(labels)
@@ -104,7 +105,7 @@ class DeviceFilter:
         wanted = []
         for key, spec in entry.wanted:
             if key in state.placed:
-                if state.placed[key] != node:
+                if not state.placed[key].reaches(self.names[node], state.nodes[node]):
                     return None
                 continue
             wanted.append((key, spec))
@@ -119,7 +120,9 @@ class DeviceFilter:
             return
         state.nodes[node].take(results)
         for key in entry.shared:
-            state.placed.setdefault(key, node)
+            if key not in state.placed:
+                state.placed[key] = Placed.of(self.names[node], state.nodes[node],
+                                              [r.device for r in results if r.claim == key])
 
     def involved(self, pod: int) -> bool:
         return self.claims[pod] is not None

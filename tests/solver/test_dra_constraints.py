@@ -199,22 +199,40 @@ def test_distinct_numa_nodes_need_as_many_numa_nodes_as_devices(catalog: list[An
 
 # --- matchAttribute across requests of different devices ---------------------------------------------------
 
-def test_match_across_two_requests_uses_machines_where_the_attribute_has_one_value(catalog: list[Any]) -> None:
+def test_match_across_two_requests_takes_both_devices_from_one_numa_node(catalog: list[Any]) -> None:
     """A claim of an even-indexed and an odd-indexed GPU, both on one NUMA node. g-16x-a100x2 has both its GPUs
-    on NUMA node 0, so the constraint holds whatever the scheduler picks; on g-64x-a100x8 (two NUMA nodes)
-    nodeplan does not model it yet and says so."""
+    on NUMA node 0 (one claim); g-64x-a100x8 has two of each parity per NUMA node: four claims, in any
+    binding order, and the devices of each claim share a NUMA node."""
     def parity(rest: int) -> list[dict[str, Any]]:
         return [{"cel": {"expression": f'device.attributes["{DRIVER}"].type == "gpu" && '
                                        f'device.attributes["{DRIVER}"].index % 2 == {rest}'}}]
     requests = [_request("even", selectors=parity(0)), _request("odd", selectors=parity(1))]
     template = _template("linked", requests, [{"matchAttribute": NUMA, "requests": ["even", "odd"]}])
-    snapshot, plan = _solve([_only("g-16x-a100x2", "g-64x-a100x8"), template, *_pods("l", 2, "linked")], catalog)
-    assert not plan.unschedulable
-    assert {c.instance_type for c in plan.node_claims} == {"g-16x-a100x2"}
+    snapshot, plan = _solve([_only("g-16x-a100x2"), template, *_pods("l", 2, "linked")], catalog)
+    assert not plan.unschedulable and _per_node(plan) == [1, 1]
     _order_proof(snapshot, plan)
-    _, alone = _solve([_only("g-64x-a100x8"), template, *_pods("l", 1, "linked")], catalog)
-    (reason,) = [u.reason for u in alone.unschedulable]
-    assert "not modelled yet" in reason and "numa" in reason
+    snapshot, plan = _solve([_only("g-64x-a100x8"), template, *_pods("l", 5, "linked")], catalog)
+    assert not plan.unschedulable and _per_node(plan) == [4, 1]
+    _order_proof(snapshot, plan)
+    for claim in plan.node_claims:
+        by_claim: dict[str, set[int]] = {}
+        for device in claim.devices or []:
+            by_claim.setdefault(device.claim, set()).add(int(device.device.rsplit("-", 1)[1]) // 4)
+        assert all(len(numa) == 1 for numa in by_claim.values()), by_claim
+
+
+def test_match_across_overlapping_requests_holds_in_any_bind_order(catalog: list[Any]) -> None:
+    """One GPU of any index and one odd-indexed GPU on one NUMA node, mixed with plain 2-GPU claims: the
+    candidates overlap, so the plan uses the bound that holds in any order."""
+    odd = [{"cel": {"expression": f'device.attributes["{DRIVER}"].type == "gpu" && '
+                                  f'device.attributes["{DRIVER}"].index % 2 == 1'}}]
+    template = _template("linked", [_request("any", selectors=WHOLE), _request("odd", selectors=odd)],
+                         [{"matchAttribute": NUMA}])
+    plain = _template("plain", [_request(count=2, selectors=WHOLE)])
+    snapshot, plan = _solve([_only("g-64x-a100x8", "g-32x-a100x4"), template, plain,
+                             *_pods("l", 3, "linked"), *_pods("p", 2, "plain")], catalog)
+    assert not plan.unschedulable
+    _order_proof(snapshot, plan, orders=25)
 
 
 # --- partitionable devices on several counter sets (one per GPU) -------------------------------------------
@@ -269,8 +287,16 @@ def test_verifier_rejects_more_partitions_than_a_gpus_counters_hold(catalog: lis
 def _constrained_claims(draw: st.DrawFn) -> list[dict[str, Any]]:
     objects: list[dict[str, Any]] = []
     for t in range(draw(st.integers(1, 3))):
-        shape = draw(st.sampled_from(["match", "distinct", "mig-small", "mig-large", "plain"]))
-        if shape in ("match", "distinct"):
+        shape = draw(st.sampled_from(["match", "distinct", "mig-small", "mig-large", "plain", "linked"]))
+        if shape == "linked":
+            first = draw(st.sampled_from(["0", "1", "any"]))
+            selectors = WHOLE if first == "any" else [{"cel": {"expression": (
+                f'device.attributes["{DRIVER}"].type == "gpu" && device.attributes["{DRIVER}"].index % 2 == {first}')}}]
+            odd = [{"cel": {"expression": f'device.attributes["{DRIVER}"].type == "gpu" && '
+                                          f'device.attributes["{DRIVER}"].index % 2 == 1'}}]
+            template = _template(f"t{t}", [_request("a", count=draw(st.integers(1, 2)), selectors=selectors),
+                                           _request("b", selectors=odd)], [{"matchAttribute": NUMA}])
+        elif shape in ("match", "distinct"):
             attribute = draw(st.sampled_from([NUMA, f"{DRIVER}/index"]))
             count = draw(st.integers(1, 4))
             template = _template(f"t{t}", [_request(count=count, selectors=WHOLE)],
@@ -284,7 +310,7 @@ def _constrained_claims(draw: st.DrawFn) -> list[dict[str, Any]]:
     return objects
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(objects=_constrained_claims())
 def test_random_constraint_and_partition_mixes_verify_and_hold_in_any_order(objects: list[dict[str, Any]]) -> None:
     catalog = _random_catalog()
