@@ -6,22 +6,54 @@ fewest pods that can still take it, else a new NodeClaim from the first NodePool
 name descending) with an instance type that fits. A NodeClaim keeps every offering that can still hold
 all its pods and launches on the cheapest at the end (ties: instance-type name, then offering order).
 
-Deliberate deviations, both for validity: the NodePool ``nodes`` limit is decremented by new NodeClaims
+Pods with DRA claims go through Karpenter's device allocator (``pkg/scheduling/dynamicresources``,
+``allocator.go``) as well: for every node the pod is tried on, one depth-first search of its unallocated claims
+→ requests → device slots over that node's devices (an initialized node's published slices, else the instance
+type's inventory), and on a NodeClaim not launched yet one search per instance type it may still become; types
+whose search fails leave the claim, and the pod's devices are committed when it is added, per type
+(``DeviceTracker``). Karpenter's search is the kube-scheduler's order (claims in ``spec.resourceClaims`` order,
+requests in order, ``firstAvailable`` alternatives in order, devices in pool / slice / device order, first
+solution wins), so the per-node check is ``model.allocator``'s; Karpenter only lacks the scheduler's
+``startLocation`` (a failing search revisits permutations, the same answer found slower) and lists in-cluster pools
+in map order. Its 5 s ``allocateTimeout`` per pod and node is ``KARPENTER_BUDGET`` device attempts per search (a
+count, so the yardstick stays deterministic; Karpenter's 5 s cover all the instance types of one NodeClaim): a
+search cut short counts as "does not fit" there, as Karpenter's does.
+
+Deliberate deviations, all for validity: the NodePool ``nodes`` limit is decremented by new NodeClaims
 within one batch (Karpenter only checks it against existing nodes), and capacity limits are charged the
-largest candidate type's capacity at creation, exactly as Karpenter does.
+largest candidate type's capacity at creation, exactly as Karpenter does. Pods with claims must also fit the
+DRA family's order-proof device dimensions (``solver/rules/dra.py``): where candidate sets overlap partially
+Karpenter's search packs a node the kube-scheduler can strand in another binding order, and the yardstick does
+not (there it is costlier than Karpenter would be; the plan's ``conservative`` list says when).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from model import labels as wk
+from model.allocator import BUDGET, AllocationError, DeviceResult, NodeDevices, allocate
+from model.devices import inventory_devices, inventory_slices, offered_slices
+from model.dra import ClaimSpec, allocated_state, gather_pools
+from model.dracel import SelectorEvalError
+from model.inflight import node_views
+from model.instancetype import InstanceType
 from model.nodepool import NODES
 from model.pod import Pod
 from solver.classes import karpenter_order
 from solver.placement import NewNode, Placement
 from solver.problem import Problem
+
+#: Karpenter's ``allocateTimeout`` (5 s per pod and node) as device attempts: ``model.allocator.BUDGET`` stands
+#: for the kube-scheduler's 10 s filter timeout, so half of it
+KARPENTER_BUDGET = BUDGET // 2
+#: what ``model.allocator`` says when the budget ran out
+_BUDGET_EXCEEDED = "allocation search budget exceeded"
+
+Claims = list[tuple[str, ClaimSpec]]
 
 
 @dataclass
@@ -33,6 +65,105 @@ class _Claim:
     order: int = 0
     #: classes none of its remaining candidates admits (candidates only ever narrow, so this only grows)
     refuses: set[int] = field(default_factory=set)
+    #: instance type → its devices with what this claim's pods took, for every type it may still become
+    #: (Karpenter's AllocationTracker per NodeClaim and instance type); filled when a pod with claims comes
+    devices: dict[str, NodeDevices] = field(default_factory=dict)
+
+
+class DeviceTracker:
+    """Karpenter's Allocator for one scheduling loop: which devices the pods placed so far took, on existing nodes
+    and per instance type of each new NodeClaim, and the per-pod search that places a pod's claims."""
+
+    def __init__(self, problem: Problem) -> None:
+        snapshot = problem.snapshot
+        self.problem = problem
+        self.index = snapshot.claim_index()
+        self.held = allocated_state(snapshot.resource_claims)
+        self.views = {v.node.name: v for v in node_views(snapshot)}
+        self.catalog = {it.name: it for it in snapshot.instance_types}
+        self.existing: dict[int, NodeDevices] = {}
+        #: claims allocated in this loop (a shared claim is allocated once, with its first consumer)
+        self.allocated: set[str] = set()
+        #: searches cut short by ``KARPENTER_BUDGET`` (Karpenter's timeouts)
+        self.timeouts = 0
+
+    def wanted(self, pods: Sequence[Pod]) -> Claims:
+        """The pods' claims still to allocate, in the pods' and their ``spec.resourceClaims`` order, each once
+        (allocated ones pin their pods through the NodePool's admission instead, as Karpenter's ClassifyClaims)."""
+        out: Claims = []
+        for pod in pods:
+            for claim in self.index.resolve(pod) if pod.resource_claims else ():
+                key = claim.claim_key or f"{pod.key}/{claim.ref.name}"
+                if claim.problem or claim.allocated or claim.spec is None or key in self.allocated \
+                        or any(k == key for k, _ in out):
+                    continue
+                out.append((key, claim.spec))
+        return out
+
+    def search(self, claims: Claims, node: NodeDevices) -> list[DeviceResult] | None:
+        """One depth-first search on one node: the devices, or None when the claims do not fit (or the search
+        ran out of time). A selector that errors on a device fails the node, as admission already says."""
+        try:
+            return allocate(claims, node, self.index.classes, KARPENTER_BUDGET)
+        except AllocationError as err:
+            self.timeouts += err.reason == _BUDGET_EXCEEDED
+            return None
+        except SelectorEvalError:
+            return None
+
+    def existing_node(self, e: int) -> NodeDevices:
+        """An existing node's devices as the scheduler finds them, less what allocated claims hold."""
+        if e not in self.existing:
+            node = self.problem.existing[e].node
+            view = self.views.get(node.name)
+            slices, devices = offered_slices(self.problem.snapshot.resource_slices, node.name, node.labels,
+                                             self.catalog.get(node.labels.get(wk.INSTANCE_TYPE, "")),
+                                             view is not None and view.initialized and not view.inflight)
+            self.existing[e] = NodeDevices.of(devices, [p for p in gather_pools(slices) if p.usable],
+                                              self.held.devices, self.held.consumed)
+        return self.existing[e]
+
+    def add_to_existing(self, e: int, claims: Claims) -> bool:
+        """Search existing node ``e`` for the claims and, when they fit, take their devices there."""
+        node = self.existing_node(e)
+        results = self.search(claims, node)
+        if results is None:
+            return False
+        node.take(results)
+        self.allocated.update(key for key, _ in claims if key in self.index.claims)
+        return True
+
+    def on_types(self, claims: Claims, candidates: np.ndarray, state: dict[str, NodeDevices], name: str
+                 ) -> tuple[np.ndarray, dict[str, list[DeviceResult]]]:
+        """One search per instance type among ``candidates`` (templates), on that type's devices as the claim's
+        pods left them (``state``, filled in for types not seen yet): the templates whose type can take the
+        claims, and the devices each type would give."""
+        templates = self.problem.templates
+        found: dict[str, list[DeviceResult] | None] = {}
+        for t in candidates.tolist():
+            it = templates[t].instance_type
+            if it.name not in found:
+                if it.name not in state:
+                    state[it.name] = fresh_devices(it, name)
+                found[it.name] = self.search(claims, state[it.name])
+        keep = np.array([found[templates[t].instance_type.name] is not None for t in candidates.tolist()],
+                        dtype=bool)
+        return candidates[keep], {k: v for k, v in found.items() if v is not None}
+
+    def commit(self, claims: Claims, taken: dict[str, list[DeviceResult]], state: dict[str, NodeDevices]) -> None:
+        """The pod is added: its devices are taken on every type it searched (Allocation.Commit); types it
+        ruled out are released (ReleaseInstanceType)."""
+        for name in [n for n in state if n not in taken]:
+            del state[name]
+        for name, results in taken.items():
+            state[name].take(results)
+        self.allocated.update(key for key, _ in claims if key in self.index.claims)
+
+
+def fresh_devices(instance_type: InstanceType, node_name: str) -> NodeDevices:
+    """A new node's devices: what its instance type's inventory publishes, nothing taken."""
+    slices = inventory_slices(instance_type, node_name)
+    return NodeDevices.of(inventory_devices(instance_type, node_name), [p for p in gather_pools(slices) if p.usable])
 
 
 class GreedyScheduler:
@@ -62,13 +193,22 @@ class GreedyScheduler:
         # per in-flight claim (row): requests so far, largest candidate allocatable, units per class
         self.used = np.zeros((0, len(problem.axes)), dtype=np.int64)
         self.ceiling = np.zeros((0, len(problem.axes)), dtype=np.int64)
+        #: Karpenter's device allocator, when some pod has claims
+        self.devices = DeviceTracker(problem) if any(p.resource_claims for c in problem.classes for p in c.pods) \
+            else None
 
-    def _try_existing(self, c: int, size: np.ndarray, prefer: bool) -> int | None:
+    def _try_existing(self, c: int, size: np.ndarray, prefer: bool, claims: Claims) -> int | None:
+        """The first existing node that fits (and, for claims, whose devices the search can allocate: committed)."""
         ok = self.p.existing_ok[c] & np.all(self.free >= size, axis=1)
         if prefer:
             ok &= self.p.existing_heaviest[c]
-        hits = np.flatnonzero(ok)
-        return int(hits[0]) if len(hits) else None
+        for e in np.flatnonzero(ok).tolist():
+            if not claims:
+                return int(e)
+            assert self.devices is not None
+            if self.devices.add_to_existing(e, claims):
+                return int(e)
+        return None
 
     def _narrow(self, claim: _Claim, c: int, total: np.ndarray, prefer: bool) -> np.ndarray:
         cand = claim.candidates
@@ -78,7 +218,7 @@ class GreedyScheduler:
         narrowed: np.ndarray = cand[keep]
         return narrowed
 
-    def _new_claim(self, c: int, size: np.ndarray, order: int, prefer: bool) -> _Claim | None:
+    def _new_claim(self, c: int, size: np.ndarray, order: int, prefer: bool, claims: Claims) -> _Claim | None:
         for pool_index, idx in enumerate(self.by_pool):
             remaining = self.remaining[pool_index]
             if remaining.get(NODES, 1) <= 0:
@@ -91,10 +231,20 @@ class GreedyScheduler:
                 mask &= np.all(self.limit_use[pool_index] <= rem, axis=1)
             if not mask.any():
                 continue
+            candidates = idx[mask]
+            state: dict[str, NodeDevices] = {}
+            if claims:  # one search per instance type the new NodeClaim may become; those that fail are dropped
+                assert self.devices is not None
+                candidates, taken = self.devices.on_types(claims, candidates, state, f"greedy-{order}")
+                if not len(candidates):
+                    continue
+                self.devices.commit(claims, taken, state)
+                mask = np.isin(idx, candidates)
             charged = self.limit_use[pool_index][mask].max(axis=0) if self.limit_names[pool_index] else []
             for name, amount in zip(self.limit_names[pool_index], charged, strict=True):
                 remaining[name] -= int(amount)
-            return _Claim(pool_index=pool_index, candidates=idx[mask], requests=size.copy(), order=order)
+            return _Claim(pool_index=pool_index, candidates=candidates, requests=size.copy(), order=order,
+                          devices=state)
         return None
 
     def run(self, pods: list[Pod] | None = None) -> Placement:
@@ -121,7 +271,8 @@ class GreedyScheduler:
 
     def _place(self, pods: list[Pod], c: int, claims: list[_Claim], placement: Placement, prefer: bool) -> bool:
         size = self.p.sizes[c]
-        e = self._try_existing(c, size, prefer)
+        wanted = self.devices.wanted(pods) if self.devices is not None else []
+        e = self._try_existing(c, size, prefer, wanted)
         if e is not None:
             self.free[e] -= size
             placement.existing.setdefault(e, []).extend(pods)
@@ -139,6 +290,11 @@ class GreedyScheduler:
                     continue
                 total = claim.requests + size
                 narrowed = self._narrow(claim, c, total, prefer)
+                if len(narrowed) and wanted:
+                    assert self.devices is not None
+                    narrowed, taken = self.devices.on_types(wanted, narrowed, claim.devices, f"greedy-{claim.order}")
+                    if len(narrowed):
+                        self.devices.commit(wanted, taken, claim.devices)
                 if len(narrowed):
                     changed = len(narrowed) != len(claim.candidates)
                     claim.candidates, claim.requests = narrowed, total
@@ -146,7 +302,7 @@ class GreedyScheduler:
                     return True
                 if not prefer and not self.p.template_ok[c, claim.candidates].any():
                     claim.refuses.add(c)
-        new_claim = self._new_claim(c, size, n, prefer)
+        new_claim = self._new_claim(c, size, n, prefer, wanted)
         if new_claim is None:
             return False
         claims.append(new_claim)
@@ -205,6 +361,11 @@ def finish_greedily(problem: Problem, placement: Placement) -> Placement:
         for name, use in tmpl.limit_use.items():
             if name in remaining:
                 remaining[name] -= use
+    if scheduler.devices is not None:  # the devices the plan's pods take on existing nodes, in its order
+        for e, pods in placement.existing.items():
+            for pod in pods:
+                if claims := scheduler.devices.wanted([pod]):
+                    scheduler.devices.add_to_existing(e, claims)
     extra = scheduler.run(list(placement.unschedulable))
     for e, pods in extra.existing.items():
         placement.existing.setdefault(e, []).extend(pods)

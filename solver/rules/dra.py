@@ -776,7 +776,7 @@ class _Analysis:
                 own = {kind for kind, _ in members}
                 pieces = {c: sum(1 for _, a, m in d.linked if (a, m) == (attribute, members))
                           for c, d in self.demands.items()}
-                alone = all(nb == {kind} for nb, (kind, _) in zip(near, members, strict=True)) and all(
+                alone = all(nb == frozenset({kind}) for nb, (kind, _) in zip(near, members, strict=True)) and all(
                     not own & {*d.all, *d.admin, *(k for _, a in d.choices for k, _ in a)}
                     and {k: v for k, v in d.count.items() if k in own} == {
                         k: q * pieces[c] for k, q in members if pieces[c]}
