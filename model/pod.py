@@ -12,8 +12,9 @@ from pydantic import BaseModel, ConfigDict
 from model.affinity import HostPort, PodAffinityTerm, TopologySpreadConstraint, parse_host_ports
 from model.errors import InputError
 from model.fields import RawObject
+from model.quantity import quantity_int
 from model.requirements import NODE_AFFINITY_OPERATORS, Requirement, Requirements
-from model.resources import PODS, Resources
+from model.resources import PODS, Resources, quantities
 from model.taints import Toleration
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -22,9 +23,7 @@ TERMINAL_PHASES = ("Succeeded", "Failed")
 def container_requests(container: RawObject) -> Resources:
     """A container's requests; a resource with only a limit requests its limit (API-server defaulting)."""
     resources = container.obj("resources")
-    limits = resources.parse("limits", Resources.parse)
-    requests = resources.parse("requests", Resources.parse)
-    return Resources({**dict(limits), **dict(requests)})
+    return Resources({**resources.parse("limits", quantities), **resources.parse("requests", quantities)})
 
 
 def effective_requests(spec: RawObject) -> Resources:
@@ -36,6 +35,11 @@ def effective_requests(spec: RawObject) -> Resources:
     resources they name (a pod-level limit without a request defaults the request, as the API server
     does). Every pod also takes one ``pods`` slot.
     """
+    data = spec.data
+    if not (data.get("initContainers") or data.get("resources") or data.get("overhead")):
+        plain = _containers_only(data.get("containers"))
+        if plain is not None:
+            return plain
     total = Resources()
     for container in spec.items("containers"):
         total = total + container_requests(container)
@@ -50,12 +54,42 @@ def effective_requests(spec: RawObject) -> Resources:
             init_peak = Resources.max_of([init_peak, request + sidecars])
     pod = Resources.max_of([total + sidecars, init_peak])
     pod_resources = spec.obj("resources")
-    pod_level = Resources({**dict(pod_resources.parse("limits", Resources.parse)),
-                           **dict(pod_resources.parse("requests", Resources.parse))})
+    pod_level = {**pod_resources.parse("limits", quantities), **pod_resources.parse("requests", quantities)}
     if pod_level:
-        pod = Resources({**dict(pod), **dict(pod_level)})
+        pod = Resources({**dict(pod), **pod_level})
     pod = pod + spec.parse("overhead", Resources.parse)
     return pod + {PODS: 1}
+
+
+def _containers_only(containers: Any) -> Resources | None:
+    """``effective_requests`` of a pod with app containers only (almost every pod), without the
+    intermediate vectors; None when anything is unusual (the general path then says what is wrong)."""
+    if not isinstance(containers, list):
+        return None
+    total: dict[str, int] = {PODS: 1}
+    try:
+        for container in containers:
+            if not isinstance(container, dict):
+                return None
+            resources = container.get("resources")
+            if resources is None:
+                continue
+            if not isinstance(resources, dict):
+                return None
+            merged: dict[str, int] = {}
+            for part in ("limits", "requests"):
+                raw = resources.get(part)
+                if raw is None:
+                    continue
+                if not isinstance(raw, dict):
+                    return None
+                for name, text in raw.items():
+                    merged[str(name)] = quantity_int(str(name), text)
+            for name, amount in merged.items():
+                total[name] = total.get(name, 0) + amount
+    except InputError:
+        return None
+    return Resources(total)
 
 
 def selector_term(raw: Any) -> Requirements:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from fractions import Fraction
+from functools import lru_cache
 
 from model.errors import InputError
 
@@ -78,7 +79,15 @@ def to_base_units(resource: str, value: Fraction, *, saturate: bool = False) -> 
 
 
 def quantity_int(resource: str, text: str | int | float, *, saturate: bool = False) -> int:
-    """Parse ``text`` as a quantity of ``resource`` and return integer base units."""
+    """Parse ``text`` as a quantity of ``resource`` and return integer base units. Clusters repeat a few
+    spellings (``100m``, ``1Gi``) tens of thousands of times, so results are memoised (errors are not)."""
+    if type(text) is str:
+        return _quantity_int(resource, text, saturate)
+    return to_base_units(resource, parse_quantity(text), saturate=saturate)
+
+
+@lru_cache(maxsize=65536)
+def _quantity_int(resource: str, text: str, saturate: bool) -> int:
     return to_base_units(resource, parse_quantity(text), saturate=saturate)
 
 

@@ -16,6 +16,22 @@ PODS = "pods"
 EPHEMERAL_STORAGE = "ephemeral-storage"
 
 
+def quantities(raw: Mapping[str, Any] | None, *, saturate: bool = False) -> dict[str, int]:
+    """A ``{resource: quantity}`` map in base units, zeros kept (an explicit ``cpu: 0`` request is not an
+    absent one); errors name the resource as the field."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise InputError(f"expected a map of resource quantities, got {type(raw).__name__}")
+    out: dict[str, int] = {}
+    for name, text in raw.items():
+        try:
+            out[str(name)] = quantity_int(str(name), text, saturate=saturate)
+        except InputError as err:
+            raise err.located(field_prefix=str(name)) from None
+    return out
+
+
 class Resources(Mapping[str, int]):
     """An immutable, hashable resource vector. Missing resources are zero."""
 
@@ -30,17 +46,7 @@ class Resources(Mapping[str, int]):
     def parse(cls, raw: Mapping[str, Any] | None, *, saturate: bool = False) -> Resources:
         """Parse a Kubernetes ``{resource: quantity}`` map; errors name the resource as the field.
         ``saturate``: quantities past what the solver holds become that maximum (for caps such as limits)."""
-        if raw is None:
-            return cls()
-        if not isinstance(raw, Mapping):
-            raise InputError(f"expected a map of resource quantities, got {type(raw).__name__}")
-        out: dict[str, int] = {}
-        for name, text in raw.items():
-            try:
-                out[str(name)] = quantity_int(str(name), text, saturate=saturate)
-            except InputError as err:
-                raise err.located(field_prefix=str(name)) from None
-        return cls(out)
+        return cls(quantities(raw, saturate=saturate))
 
     def __getitem__(self, key: str) -> int:
         return self._items.get(key, 0)
