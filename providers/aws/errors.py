@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from botocore.exceptions import ClientError
 
-from providers.protocol import CloudProviderError
+from providers.protocol import CloudProviderError, NodeClassNotReadyError
 
 #: CreateFleet error codes that mean the offering cannot be had now (Karpenter's unfulfillable-capacity set)
 CAPACITY_ERRORS = frozenset({
@@ -21,8 +21,9 @@ def code(err: ClientError) -> str:
     return str(err.response.get("Error", {}).get("Code", ""))
 
 
-class MissingPermissionError(CloudProviderError):
-    """The controller's AWS identity may not call ``action``."""
+class MissingPermissionError(NodeClassNotReadyError):
+    """The controller's AWS identity may not call ``action``. A node class is not ready for launches until it
+    may: the controller waits (one line, the NodePool's ``NodeClassReady`` condition) instead of retrying hot."""
 
     def __init__(self, action: str) -> None:
         super().__init__(f"missing IAM permission: {action} (grant it to the controller's role)")

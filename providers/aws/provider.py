@@ -22,6 +22,7 @@ import base64
 import hashlib
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from model import labels as wk
 from model.instancetype import InstanceType
 from model.nodepool import NodeClaim, NodeClaimStatus, NodePool
 from model.quantity import parse_quantity
-from providers.aws.errors import CAPACITY_ERRORS, NOT_FOUND, code, translated
+from providers.aws.errors import CAPACITY_ERRORS, NOT_FOUND, MissingPermissionError, code, translated
 from providers.aws.nodeclass import GROUP, KIND, PLURAL, VERSION, EC2NodeClass
 from providers.aws.resolve import NodeClassResolver
 from providers.aws.userdata import ClusterInfo, KubeletSettings, al2023_user_data
@@ -110,7 +111,14 @@ class AWSProvider:
         self.resolver = NodeClassResolver(ec2, ssm, iam, cluster_name=settings.cluster.name,
                                           kubernetes_version=settings.kubernetes_version)
         self._resolved: dict[str, tuple[float, EC2NodeClass]] = {}
+        #: node class → the IAM action the last launch through it was refused (cleared by the next launch)
+        self._denied: dict[str, str] = {}
+        self._resolving = threading.Lock()
         self._clock = clock
+
+    def update_catalog(self, catalog: Sequence[InstanceType]) -> None:
+        """Replace the instance types and prices (the controller's periodic catalog refresh)."""
+        self._types = {it.name: it for it in catalog}
 
     # -- node classes -------------------------------------------------------------------------------------
     def supported_node_classes(self) -> Sequence[NodeClassKind]:
@@ -118,6 +126,15 @@ class AWSProvider:
 
     def nodeclass(self, name: str, *, fresh: bool = False) -> EC2NodeClass:
         """The named EC2NodeClass, resolved (at most ``nodeclass_ttl`` old) and Ready, else NodeClassNotReady."""
+        with self._resolving:  # one resolution at a time: the status task, the provisioner and launches ask
+            cached = self._resolve(name, fresh)
+        nodeclass = cached[1]
+        if not nodeclass.ready():
+            message = next((c.message for c in nodeclass.status.conditions if c.type == "Ready"), "")
+            raise NodeClassNotReadyError(f"EC2NodeClass {name} is not ready: {message}")
+        return nodeclass
+
+    def _resolve(self, name: str, fresh: bool) -> tuple[float, EC2NodeClass]:
         cached = self._resolved.get(name)
         if fresh or cached is None or self._clock() - cached[0] > self.settings.nodeclass_ttl:
             current = self._nodeclasses.get(name)
@@ -129,11 +146,18 @@ class AWSProvider:
                 self._nodeclasses.write_status(resolved)
             cached = (self._clock(), resolved)
             self._resolved[name] = cached
-        nodeclass = cached[1]
-        if not nodeclass.ready():
-            message = next((c.message for c in nodeclass.status.conditions if c.type == "Ready"), "")
-            raise NodeClassNotReadyError(f"EC2NodeClass {name} is not ready: {message}")
-        return nodeclass
+        return cached
+
+    def nodeclass_problem(self, name: str) -> str:
+        """Why NodePools of this node class cannot launch now ('' when they can): a selector that resolves
+        nothing, a missing or malformed EC2NodeClass, an IAM action the last launch was refused."""
+        try:
+            self.nodeclass(name)
+        except NodeClassNotReadyError as err:
+            return str(err)
+        except CloudProviderError as err:
+            return f"EC2NodeClass {name}: {err}"
+        return self._denied.get(name, "")
 
     def _nodeclass_of(self, ref_name: str | None) -> EC2NodeClass:
         if not ref_name:
@@ -225,6 +249,15 @@ class AWSProvider:
 
     def create(self, claim: NodeClaim) -> Launched:
         nodeclass = self._nodeclass_of(claim.spec.node_class_ref.name if claim.spec.node_class_ref else None)
+        try:
+            launched = self._create(claim, nodeclass)
+        except MissingPermissionError as err:
+            self._denied[nodeclass.name] = str(err)  # its NodePools wait (NodeClassReady=False) until granted
+            raise
+        self._denied.pop(nodeclass.name, None)
+        return launched
+
+    def _create(self, claim: NodeClaim, nodeclass: EC2NodeClass) -> Launched:
         zones = {s.zone: s for s in reversed(nodeclass.status.subnets)}  # most free addresses wins per zone
         ranked = [(it, o) for it, o in ranked_offerings(claim, self._types.values()) if o.zone in zones]
         if not ranked:

@@ -191,10 +191,16 @@ class NodeClassResolver:
         except ClientError as err:
             if "NoSuchEntity" not in str(err):
                 raise
-            profile = self._iam.create_instance_profile(
-                InstanceProfileName=name, Path="/",
-                Tags=[{"Key": f"kubernetes.io/cluster/{self.cluster_name}", "Value": "owned"},
-                      {"Key": "karpenter.k8s.aws/ec2nodeclass", "Value": nodeclass.name}])["InstanceProfile"]
+            try:
+                profile = self._iam.create_instance_profile(
+                    InstanceProfileName=name, Path="/",
+                    Tags=[{"Key": f"kubernetes.io/cluster/{self.cluster_name}", "Value": "owned"},
+                          {"Key": "karpenter.k8s.aws/ec2nodeclass", "Value": nodeclass.name}])["InstanceProfile"]
+            except ClientError as created:
+                if "EntityAlreadyExists" not in str(created):
+                    raise
+                # another replica (or an earlier pass that failed later) made it meanwhile
+                profile = self._iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]
         roles = [r["RoleName"] for r in profile.get("Roles", [])]
         if role.split("/")[-1] not in roles:
             for old in roles:

@@ -19,7 +19,7 @@ def test_catalog_from_the_ec2_api(aws: Aws, tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     out = tmp_path / "catalog.yaml"
-    result = CliRunner().invoke(app, ["catalog", "aws", "--region", "us-east-1", "-o", str(out),
+    result = CliRunner().invoke(app, ["catalog", "aws", "--region", "us-east-1", "--output-file", str(out),
                                       "--endpoint-url", aws.endpoint])
     assert result.exit_code == 0, result.output
     types = {it.name: it for it in load_catalog(out)}
