@@ -1,31 +1,44 @@
 """A list+watch cache of the objects the controller reads (Karpenter's cluster state, informer-style).
 
-One ``Informer`` thread per resource: list (remembering ``resourceVersion``), then watch from there with
-bookmarks; a ``410 Gone`` (expired resourceVersion) re-lists; any other error backs off exponentially
-(0.2 s doubling to 10 s) and resumes, so a restarted API server is survived without a restart of ours.
-Objects are kept as the raw JSON dicts the API returns, which is what ``model.snapshot.parse_objects`` reads.
+One ``Informer`` thread per resource: list in pages (``limit`` + ``continue``, 500 objects a page as client-go's
+pager), remembering ``resourceVersion``, then watch from there with bookmarks; a ``410 Gone`` (expired
+resourceVersion, or a continue token expired mid-list) lists again from the start; ``429 Too Many Requests``
+(API Priority and Fairness) waits as long as its ``Retry-After`` says and repeats the same request, counted in
+``on_throttled``; any other error backs off exponentially (0.2 s doubling to 10 s) and resumes, so a restarted
+API server is survived without a restart of ours.
+
+Objects are decoded slim (``controller.decode``: Pods and Nodes keep only the fields something reads, no kind
+keeps managedFields) and kept as the dicts ``model.snapshot.parse_objects`` reads. Each object's model is parsed
+once per version (``ClusterCache.parsed``, kept until the watch replaces the object): a batch's ``snapshot``
+parses only what changed since the last one.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import email.utils
 import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
 
+from controller.decode import Decoder, PodParser, Shared
 from controller.kinds import READ
+from model.snapshot import Snapshot, parse_object, parse_objects
 
 log = logging.getLogger(__name__)
 
 Lister = Callable[..., Any]
 Object = dict[str, Any]
+#: objects per list page (client-go's pager default)
+PAGE_SIZE = 500
+#: the longest ``Retry-After`` honoured (a larger one is read as this)
+MAX_RETRY_AFTER = 60.0
 
 
 @dataclass(frozen=True)
@@ -37,17 +50,37 @@ class Resource:
     lister: Lister
 
 
-def object_key(obj: Object) -> str:
+def object_key(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     namespace = meta.get("namespace")
     return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
 
 
-def _rv(obj: Object) -> int:
+def _rv(obj: Mapping[str, Any]) -> int:
     try:
         return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
     except ValueError:
         return 0
+
+
+def _version(obj: Mapping[str, Any]) -> tuple[Any, Any]:
+    meta = obj.get("metadata") or {}
+    return meta.get("uid"), meta.get("resourceVersion")
+
+
+def retry_after(err: client.ApiException, default: float) -> float:
+    """Seconds a throttled request should wait: the response's ``Retry-After`` (seconds or an HTTP date),
+    else ``default``; at most ``MAX_RETRY_AFTER``."""
+    value = str((getattr(err, "headers", None) or {}).get("Retry-After") or "").strip()
+    seconds = default
+    if value:
+        try:
+            seconds = float(value)
+        except ValueError:
+            when = email.utils.parsedate_to_datetime(value) if value else None
+            if when is not None:
+                seconds = when.timestamp() - time.time()
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
 
 
 class WatchExpired(Exception):
@@ -56,13 +89,20 @@ class WatchExpired(Exception):
 
 class Informer:
     def __init__(self, resource: Resource, on_change: Callable[[str], None], *, watch_timeout: int = 240,
-                 max_backoff: float = 10.0) -> None:
+                 max_backoff: float = 10.0, page_size: int = PAGE_SIZE,
+                 on_throttled: Callable[[str], None] | None = None, shared: Shared | None = None) -> None:
         self.resource = resource
         self._on_change = on_change
+        self._on_throttled = on_throttled
         self._watch_timeout = watch_timeout
         self._max_backoff = max_backoff
+        self._page_size = page_size
+        self._decoder = Decoder(resource.kind, resource.api_version, shared)
+        self._parse: Callable[[Mapping[str, Any]], Any] = PodParser() if resource.kind == "Pod" else parse_object
         self._lock = threading.Lock()
         self._store: dict[str, Object] = {}
+        #: key → (the stored object it was parsed from, its model)
+        self._parsed: dict[str, tuple[Object, Any]] = {}
         self._stop = threading.Event()
         self._response: Any = None
         self._thread = threading.Thread(target=self._run, name=f"informer-{resource.kind}", daemon=True)
@@ -70,6 +110,10 @@ class Informer:
         self.resource_version = ""
         self.relists = 0
         self.errors = 0
+        #: requests answered 429 (each waited for its Retry-After and was repeated)
+        self.throttled = 0
+        #: list pages read
+        self.pages = 0
 
     # -- reading --------------------------------------------------------------------------------------
     def items(self) -> list[Object]:
@@ -80,14 +124,29 @@ class Informer:
         with self._lock:
             return self._store.get(key)
 
-    def upsert(self, obj: Object) -> None:
-        """Write-through after our own create/update, so the next decision sees it before the watch does."""
-        obj = {"kind": self.resource.kind, "apiVersion": self.resource.api_version, **obj}
+    def parsed(self, obj: Mapping[str, Any]) -> Any:
+        """The model of ``obj``: parsed once while ``obj`` is the stored version of its object; any other dict
+        (a copy a reader changed, an object of another source) is parsed afresh and not kept."""
         key = object_key(obj)
         with self._lock:
+            entry = self._parsed.get(key)
+        if entry is not None and entry[0] is obj:
+            return entry[1]
+        model = self._parse(obj)
+        with self._lock:
+            if self._store.get(key) is obj:
+                self._parsed[key] = (obj, model)
+        return model
+
+    def upsert(self, obj: Mapping[str, Any]) -> None:
+        """Write-through after our own create/update, so the next decision sees it before the watch does."""
+        slim = self._decoder.slim(obj)
+        key = object_key(slim)
+        with self._lock:
             current = self._store.get(key)
-            if current is None or _rv(obj) >= _rv(current):
-                self._store[key] = obj
+            if current is None or _rv(slim) >= _rv(current):
+                self._store[key] = slim
+                self._parsed.pop(key, None)
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -131,37 +190,81 @@ class Informer:
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, self._max_backoff)
 
+    def _call(self, **kwargs: Any) -> Any:
+        """One list or watch request; a 429 waits its Retry-After (else the back-off) and repeats it."""
+        backoff = 0.2
+        while True:
+            try:
+                return self.resource.lister(**kwargs)
+            except client.ApiException as err:
+                if err.status != 429 or self._stop.is_set():
+                    raise
+                self.throttled += 1
+                if self._on_throttled is not None:
+                    self._on_throttled(self.resource.kind)
+                wait = retry_after(err, backoff)
+                log.info("%s request throttled (429); retrying in %.1fs", self.resource.kind, wait)
+                if self._stop.wait(wait):
+                    raise
+                backoff = min(backoff * 2, self._max_backoff)
+
     def _list(self) -> None:
-        response = self.resource.lister(_preload_content=False, _request_timeout=60)
-        data = json.loads(response.data)
-        items = {}
-        for item in data.get("items") or []:
-            item.setdefault("kind", self.resource.kind)
-            item.setdefault("apiVersion", self.resource.api_version)
-            items[object_key(item)] = item
-        with self._lock:
-            self._store = items
-        self.resource_version = str((data.get("metadata") or {}).get("resourceVersion") or "")
+        """Every object, in pages; a continue token that expired (410) restarts the list for a consistent one."""
+        items: dict[str, Object] = {}
+        token = ""
+        resource_version = ""
+        while True:
+            kwargs: dict[str, Any] = {"limit": self._page_size, "_preload_content": False, "_request_timeout": 60}
+            if token:
+                kwargs["_continue"] = token
+            try:
+                response = self._call(**kwargs)
+            except client.ApiException as err:
+                if err.status == 410 and token:
+                    log.info("%s list's continue token expired (410 Gone); listing again", self.resource.kind)
+                    self.relists += 1
+                    items, token = {}, ""
+                    continue
+                raise
+            page, resource_version, token = self._decoder.decode_list(response.data)
+            self.pages += 1
+            for item in page:
+                items[object_key(item)] = item
+            if not token:
+                break
+        self._replace(items)
+        self.resource_version = resource_version
         self.synced.set()
         self._on_change(self.resource.kind)
 
+    def _replace(self, items: dict[str, Object]) -> None:
+        """The store becomes ``items``; models parsed from an unchanged version (same uid and resourceVersion)
+        carry over to the new copy, so a re-list parses only what changed."""
+        with self._lock:
+            kept: dict[str, tuple[Object, Any]] = {}
+            for key, (old, model) in self._parsed.items():
+                new = items.get(key)
+                if new is not None and _version(new) == _version(old):
+                    kept[key] = (new, model)
+            self._store = items
+            self._parsed = kept
+
     def _watch(self) -> None:
-        response = self.resource.lister(
+        response = self._call(
             watch=True, resource_version=self.resource_version, allow_watch_bookmarks=True,
             timeout_seconds=self._watch_timeout, _preload_content=False,
             _request_timeout=(10, self._watch_timeout + 30))
         self._response = response
         try:
-            for event in _events(response):
+            for line in _lines(response):
                 if self._stop.is_set():
                     return
-                self._apply(event)
+                self._apply(*self._decoder.decode_event(line))
         finally:
             self._response = None
             response.release_conn()
 
-    def _apply(self, event: Object) -> None:
-        kind, obj = event.get("type"), event.get("object") or {}
+    def _apply(self, kind: str, obj: Object) -> None:
         if kind == "ERROR":
             if obj.get("code") == 410:
                 raise WatchExpired()
@@ -171,30 +274,29 @@ class Informer:
             if rv:
                 self.resource_version = str(rv)
             return
-        obj.setdefault("kind", self.resource.kind)
-        obj.setdefault("apiVersion", self.resource.api_version)
         key = object_key(obj)
         with self._lock:
             if kind == "DELETED":
                 self._store.pop(key, None)
             else:
                 self._store[key] = obj
+            self._parsed.pop(key, None)
         if rv:
             self.resource_version = str(rv)
         self._on_change(self.resource.kind)
 
 
-def _events(response: Any) -> Iterator[Object]:
-    """JSON watch events, one per line, from a streaming urllib3 response."""
+def _lines(response: Any) -> Iterator[bytes]:
+    """Watch event lines (one JSON object each) from a streaming urllib3 response."""
     buffer = b""
     for chunk in response.stream(amt=65536, decode_content=False):
         buffer += chunk
         while b"\n" in buffer:
             line, buffer = buffer.split(b"\n", 1)
             if line.strip():
-                yield json.loads(line)
+                yield line
     if buffer.strip():
-        yield json.loads(buffer)
+        yield buffer
 
 
 def _describe(err: Exception) -> str:
@@ -203,9 +305,11 @@ def _describe(err: Exception) -> str:
     return f"{type(err).__name__}: {err}"
 
 
-def resources(api: client.ApiClient) -> dict[str, Resource]:
-    """The resources the controller reads, keyed by kind: every row of ``controller.kinds.READ``."""
-    return {k.kind: Resource(k.kind, k.api_version, k.lister(api)) for k in READ}
+def resources(api: client.ApiClient, dra: bool = True) -> dict[str, Resource]:
+    """The resources the controller reads, keyed by kind: every row of ``controller.kinds.READ`` (without the
+    DRA kinds when DRA is disabled: their reads are not granted then, and nothing would use them)."""
+    return {k.kind: Resource(k.kind, k.api_version, k.lister(api)) for k in READ
+            if dra or k.group != "resource.k8s.io"}
 
 
 #: the DRA kinds the cache watches, in the table's order
@@ -218,7 +322,15 @@ class ClusterCache:
     def __init__(self, watched: dict[str, Resource], **informer_options: Any) -> None:
         self._changed = threading.Condition()
         self._generation = 0
-        self.informers = {kind: Informer(res, self._notify, **informer_options) for kind, res in watched.items()}
+        #: called with the kind on every throttled (429) list or watch request (a metric counts them)
+        self.on_throttled: Callable[[str], None] | None = None
+        shared = Shared()
+        self.informers = {kind: Informer(res, self._notify, on_throttled=self._throttled, shared=shared,
+                                         **informer_options) for kind, res in watched.items()}
+
+    def _throttled(self, kind: str) -> None:
+        if self.on_throttled is not None:
+            self.on_throttled(kind)
 
     def _notify(self, kind: str) -> None:
         with self._changed:
@@ -250,11 +362,22 @@ class ClusterCache:
             informer.join(2.0)
 
     def items(self, kind: str) -> list[Object]:
+        """The cached objects of ``kind``: slim, shared and read-only (copy one before changing it)."""
         return self.informers[kind].items()
 
     def upsert(self, kind: str, obj: Object) -> None:
         self.informers[kind].upsert(obj)
         self._notify(kind)
+
+    def parsed(self, obj: Mapping[str, Any]) -> Any:
+        """The model of one object (``model.snapshot.parse_object``), parsed once per cached version."""
+        informer = self.informers.get(str(obj.get("kind")))
+        return parse_object(obj) if informer is None else informer.parsed(obj)
+
+    def snapshot(self, objects: Iterable[Mapping[str, Any]], source: str = "cluster") -> Snapshot:
+        """``parse_objects(objects)`` with each cached object's model reused: the objects of a batch that did not
+        change since the last one are not parsed again."""
+        return parse_objects(objects, source=source, parse=self.parsed)
 
 
 class FilteredCache(ClusterCache):
@@ -285,6 +408,12 @@ class FilteredCache(ClusterCache):
 
     def items(self, kind: str) -> list[Object]:
         return [obj for obj in self._inner.items(kind) if self._keep(kind, obj)]
+
+    def parsed(self, obj: Mapping[str, Any]) -> Any:
+        return self._inner.parsed(obj)
+
+    def snapshot(self, objects: Iterable[Mapping[str, Any]], source: str = "cluster") -> Snapshot:
+        return self._inner.snapshot(objects, source)
 
     def upsert(self, kind: str, obj: Object) -> None:
         self._inner.upsert(kind, obj)

@@ -116,6 +116,18 @@ def check_identity(obj: Any, *, file: str, origin: str) -> str:
     return _object_name(obj)
 
 
+def _plain_identity(obj: Any) -> bool:
+    """``check_identity``'s conditions for a plain dict, without building its display name: a controller's
+    batch checks every object of the cluster, and almost all of them are this."""
+    if type(obj) is not dict:
+        return False
+    kind, meta = obj.get("kind"), obj.get("metadata")
+    if type(kind) is not str or not kind or type(meta) is not dict:
+        return False
+    name, namespace = meta.get("name"), meta.get("namespace")
+    return type(name) is str and bool(name) and (namespace is None or type(namespace) is str)
+
+
 class Documents(list[Any]):
     """A file's objects, ``List`` items flattened, with where each one came from (``origins[i]``: "document 2",
     "document 1, item 5"), so an error about two objects can name both."""
@@ -193,6 +205,11 @@ _PARSERS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
 }
 
 
+def parse_object(obj: Mapping[str, Any]) -> Any:
+    """The model of one object of a kind the snapshot parses (Pod, Node, NodePool, ...), unlocated errors."""
+    return _PARSERS[obj["kind"]](obj)
+
+
 def _resolve_volumes(pod: Pod, raw: list[dict[str, Any]], source: str) -> Pod:
     """A pending pod with its volumes' topology; a malformed claim, volume or class it reads is named."""
     try:
@@ -202,16 +219,20 @@ def _resolve_volumes(pod: Pod, raw: list[dict[str, Any]], source: str) -> Pod:
                                            f"of Pod {pod.key}") from None
 
 
-def parse_objects(objects: Iterable[Any], *, source: str) -> Snapshot:
+def parse_objects(objects: Iterable[Any], *, source: str,
+                  parse: Callable[[Mapping[str, Any]], Any] = parse_object) -> Snapshot:
     """Build a Snapshot from Kubernetes objects; unknown kinds are skipped with a warning. Two objects of
-    one kind it reads with one namespace/name are an input error naming both (the API server holds one)."""
+    one kind it reads with one namespace/name are an input error naming both (the API server holds one).
+    ``parse``: what turns one object into its model (the controller's cache passes one that reuses models
+    it parsed before)."""
     buckets: dict[str, list[Any]] = {kind: [] for kind in _PARSERS}
     raw: list[dict[str, Any]] = []
     warnings: list[str] = []
     skipped: dict[str, int] = {}
     seen: dict[tuple[str, str, str], int] = {}
     for index, obj in enumerate(objects):
-        name = check_identity(obj, file=source, origin=_origin(objects, index))
+        if not _plain_identity(obj):
+            check_identity(obj, file=source, origin=_origin(objects, index))
         kind = obj["kind"]
         identity = _identity(kind, obj)
         if identity in seen and (kind in _PARSERS or kind in RAW_KINDS):  # kinds it skips may repeat
@@ -221,9 +242,9 @@ def parse_objects(objects: Iterable[Any], *, source: str) -> Snapshot:
         seen[identity] = index
         if kind in _PARSERS:
             try:
-                buckets[kind].append(_PARSERS[kind](obj))
+                buckets[kind].append(parse(obj))
             except InputError as err:
-                raise err.located(file=source, obj=name) from None
+                raise err.located(file=source, obj=_object_name(obj)) from None
         elif kind in RAW_KINDS:
             raw.append(dict(obj))
         else:

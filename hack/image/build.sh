@@ -98,6 +98,13 @@ else
     -r "${stage}/runtime.lock" -d "${stage}/wheels" >&2
   "${pip[@]}" download --no-deps --only-binary=:all: "pip==$("${python}" -m pip --version | cut -d' ' -f2)" \
     -d "${stage}/wheels" >&2
+  # binutils for the builder stage's strip, from Debian itself through the host's apt (the base's release);
+  # they stay in the builder stage
+  . /etc/os-release
+  [[ "${VERSION_CODENAME:-}" == bookworm ]] || { log "the host's apt must be bookworm's (the base's) to stage binutils"; exit 2; }
+  mkdir -p "${stage}/debs"
+  (cd "${stage}/debs" && apt-get download -qq binutils binutils-x86-64-linux-gnu binutils-common libbinutils \
+    libctf-nobfd0 libctf0 libgprofng0 libjansson4 >&2 2>/dev/null)
   src="$(mktemp -d)"
   cp -r pyproject.toml README.md model solver providers controller cli reports "${src}/"
   find "${src}" -name __pycache__ -prune -exec rm -rf {} +
@@ -129,7 +136,11 @@ if [[ "${smoke}" == 1 ]]; then
   in_image nodeplan run --help >/dev/null
   # the controller's imports (kubernetes sync client, dynamic client, watch, config) despite the pruning
   in_image python -c 'import controller.run, kubernetes.client, kubernetes.dynamic, kubernetes.watch, kubernetes.config'
-  plan="$(in_image nodeplan solve /usr/share/nodeplan/example.yaml --time-limit 20 --format json)"
+  # every compiled module still loads after strip (ortools runs in the solve below; CEL, YAML, msgspec here)
+  in_image python -c 'import numpy, pandas, pydantic_core, yaml._yaml, yaml_rs, msgspec, botocore.session
+from model.dracel import compile_selector
+assert compile_selector("device.driver == \"gpu.example.com\"").cost_bound > 0'
+  plan="$(in_image nodeplan solve /usr/share/nodeplan/example.yaml --time-limit 20 -o json)"
   echo "${plan}" | python3 -c 'import json, sys; p = json.load(sys.stdin); assert p["nodeClaims"] and \
     p["solver"]["status"] in ("OPTIMAL", "FEASIBLE"), p["solver"]' ||
     { log "nodeplan solve in the image did not plan the example"; exit 1; }

@@ -51,14 +51,20 @@ def parse_lock(text: str) -> dict[str, tuple[list[str], set[str]]]:
     return blocks
 
 
+#: runtime requirements of a dependency that only a part nodeplan never imports needs, and that part is pruned
+#: from the image (Containerfile): kubernetes' asyncio client ``kubernetes/aio`` is all that uses aiohttp
+UNUSED = {"aiohttp": "kubernetes.aio", "aiohttp-retry": "kubernetes.aio"}
+
+
 def runtime(blocks: dict[str, tuple[list[str], set[str]]], direct: set[str]) -> set[str]:
-    """The closure: direct dependencies, then every package required by a package already in."""
+    """The closure: direct dependencies, then every package required by a package already in (``UNUSED`` and
+    what only they need stay out)."""
     keep = {name for name in blocks if name in direct}
     changed = True
     while changed:
         changed = False
         for name, (_, via) in blocks.items():
-            if name not in keep and via & keep:
+            if name not in keep and name not in UNUSED and via & keep:
                 keep.add(name)
                 changed = True
     return keep

@@ -1,0 +1,551 @@
+"""``make bench-scale``: the controller's cluster state at scale (issue 13, item 5).
+
+**Offline** (``--offline``, default 50,000 bound pods of 500 Deployments on 5,000 nodes): pods and nodes as a
+kube-apiserver 1.36 lists them (``api_pod``, ``api_node``: managedFields of every writer, the defaults the API
+server fills in, the status KWOK reports; ~5 KB of JSON a pod) are served as JSON list pages to the cache's own
+``Informer._list`` (500 a page) and watch lines to its ``_apply``, the path a live watch takes. Measured:
+decoding time, the cache's memory per pod (tracemalloc: the slim objects; then the parsed models a batch adds),
+and the per-batch overhead, everything a batch does but the solve — ``Provisioner.pending`` (the batch window's
+poll), ``snapshot_objects`` and ``ClusterCache.snapshot`` — on the first batch (every pod parsed) and on a
+steady one after ``--changed`` bound pods changed and ``--pending`` new pods arrived by watch; beside it, what
+the same snapshot costs when every object is parsed again (``parse_objects``, what each batch did before).
+
+**Live** (``--live``, default 2,000 KWOK nodes, 20,000 running pods, a 1,000-pod scale-out): a control plane of
+its own (``hack/control-plane``), Nodes and pods created through the API (pods bound by ``spec.nodeName``, KWOK
+runs them), then the controller in this process (``controller.run.Controller``) with the KWOK provider: the
+resident memory the synced cache adds per pod, and each batch's overhead: its time before the solve (cache →
+snapshot) and after it (NodeClaim bodies and their fallback types), the first batch (every pod parsed) apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tracemalloc
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+_CREATED = "2026-12-01T10:00:00Z"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fields(manager: str, operation: str, subresource: str = "", body: dict[str, Any] | None = None
+            ) -> dict[str, Any]:
+    entry: dict[str, Any] = {"manager": manager, "operation": operation, "apiVersion": "v1", "time": _CREATED,
+                             "fieldsType": "FieldsV1", "fieldsV1": body or {}}
+    if subresource:
+        entry["subresource"] = subresource
+    return entry
+
+
+def api_pod(name: str, namespace: str, replicaset: str, *, cpu: str, memory: str, node: str = "",
+            rv: int = 1000, app: str = "app") -> dict[str, Any]:
+    """A Deployment's pod, bound to ``node`` and Running (or pending and Unschedulable without one)."""
+    template_hash = replicaset.rsplit("-", 1)[-1]
+    container = {
+        "name": app, "image": f"registry.example.com/team/{app}:v1.42.7",
+        "command": ["/bin/server"], "args": ["--port=8080", "--log-level=info", "--metrics"],
+        "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"},
+                  {"name": "metrics", "containerPort": 9090, "protocol": "TCP"}],
+        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
+                {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"apiVersion": "v1",
+                                                                     "fieldPath": "metadata.namespace"}}},
+                {"name": "GOMAXPROCS", "value": "2"}],
+        "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"memory": memory}},
+        "volumeMounts": [{"name": "config", "mountPath": "/etc/app"},
+                         {"name": "kube-api-access-x7k2p", "readOnly": True,
+                          "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080, "scheme": "HTTP"}, "timeoutSeconds": 1,
+                          "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3},
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080, "scheme": "HTTP"}, "timeoutSeconds": 1,
+                           "periodSeconds": 5, "successThreshold": 1, "failureThreshold": 3},
+        "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+        "imagePullPolicy": "IfNotPresent",
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "capabilities": {"drop": ["ALL"]}},
+    }
+    spec: dict[str, Any] = {
+        "volumes": [{"name": "config", "configMap": {"name": f"{app}-config", "defaultMode": 420}},
+                    {"name": "kube-api-access-x7k2p", "projected": {"defaultMode": 420, "sources": [
+                        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {
+                            "apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}}],
+        "containers": [container], "restartPolicy": "Always", "terminationGracePeriodSeconds": 30,
+        "dnsPolicy": "ClusterFirst", "serviceAccountName": "default", "serviceAccount": "default",
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "schedulerName": "default-scheduler",
+        "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+                         "tolerationSeconds": 300},
+                        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+                         "tolerationSeconds": 300}],
+        "priority": 0, "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority",
+    }
+    kcm = _fields("kube-controller-manager", "Update", body={
+        "f:metadata": {"f:generateName": {}, "f:labels": {".": {}, "f:app": {}, "f:pod-template-hash": {}},
+                       "f:ownerReferences": {".": {}, f"k:{{\"uid\":\"uid-{replicaset}\"}}": {}}},
+        "f:spec": {"f:containers": {f"k:{{\"name\":\"{app}\"}}": {
+            ".": {}, "f:args": {}, "f:command": {}, "f:env": {}, "f:image": {}, "f:imagePullPolicy": {},
+            "f:livenessProbe": {}, "f:name": {}, "f:ports": {}, "f:readinessProbe": {}, "f:resources": {},
+            "f:securityContext": {}, "f:terminationMessagePath": {}, "f:terminationMessagePolicy": {},
+            "f:volumeMounts": {}}},
+            "f:dnsPolicy": {}, "f:enableServiceLinks": {}, "f:restartPolicy": {}, "f:schedulerName": {},
+            "f:securityContext": {}, "f:terminationGracePeriodSeconds": {}, "f:volumes": {}}})
+    meta: dict[str, Any] = {
+        "name": name, "generateName": f"{replicaset}-", "namespace": namespace, "uid": f"uid-{namespace}-{name}",
+        "resourceVersion": str(rv), "creationTimestamp": _CREATED,
+        "labels": {"app": app, "pod-template-hash": template_hash},
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": replicaset,
+                             "uid": f"uid-{replicaset}", "controller": True, "blockOwnerDeletion": True}],
+        "managedFields": [kcm],
+    }
+    if node:
+        spec["nodeName"] = node
+        meta["managedFields"].append(_fields("kwok", "Update", "status", {"f:status": {
+            "f:conditions": {}, "f:containerStatuses": {}, "f:hostIP": {}, "f:hostIPs": {}, "f:phase": {},
+            "f:podIP": {}, "f:podIPs": {}, "f:startTime": {}}}))
+        conditions = [{"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": _CREATED}
+                      for t in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady",
+                                "PodScheduled")]
+        status: dict[str, Any] = {
+            "phase": "Running", "conditions": conditions, "hostIP": "10.0.3.17", "hostIPs": [{"ip": "10.0.3.17"}],
+            "podIP": "10.244.3.41", "podIPs": [{"ip": "10.244.3.41"}], "startTime": _CREATED, "qosClass": "Burstable",
+            "containerStatuses": [{"name": app, "state": {"running": {"startedAt": _CREATED}}, "lastState": {},
+                                   "ready": True, "restartCount": 0, "image": container["image"],
+                                   "imageID": "", "started": True}],
+        }
+    else:
+        status = {"phase": "Pending", "qosClass": "Burstable", "conditions": [
+            {"type": "PodScheduled", "status": "False", "lastProbeTime": None, "lastTransitionTime": _CREATED,
+             "reason": "Unschedulable", "message": "0/12 nodes are available: 12 Insufficient cpu. preemption: "
+                                                  "0/12 nodes are available: 12 No preemption victims found."}]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+
+
+def api_node(name: str, *, instance_type: str = "c-4x-amd64-linux", zone: str = "test-zone-a", cpu: str = "4",
+             memory: str = "16Gi", nodepool: str = "default", rv: int = 500) -> dict[str, Any]:
+    """A KWOK Node of a Karpenter NodePool, as the API server lists it."""
+    labels = {"kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux", "kubernetes.io/hostname": name,
+              "node.kubernetes.io/instance-type": instance_type, "topology.kubernetes.io/zone": zone,
+              "karpenter.sh/capacity-type": "on-demand", "karpenter.sh/nodepool": nodepool,
+              "karpenter.sh/initialized": "true", "karpenter.sh/registered": "true", "type": "kwok"}
+    resources = {"cpu": cpu, "memory": memory, "pods": "110", "ephemeral-storage": "20Gi"}
+    conditions = [{"type": t, "status": s, "lastHeartbeatTime": _CREATED, "lastTransitionTime": _CREATED,
+                   "reason": r, "message": m} for t, s, r, m in (
+        ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+        ("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+        ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+        ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+        ("NetworkUnavailable", "False", "RouteCreated", "RouteController created a route"))]
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "uid": f"uid-node-{name}", "resourceVersion": str(rv),
+                     "creationTimestamp": _CREATED, "labels": labels,
+                     "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                     "ownerReferences": [{"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": name,
+                                          "uid": f"uid-claim-{name}", "blockOwnerDeletion": True}],
+                     "managedFields": [_fields("kwok", "Update", "status", {"f:status": {
+                         "f:allocatable": {}, "f:capacity": {}, "f:conditions": {}, "f:daemonEndpoints": {},
+                         "f:nodeInfo": {}, "f:phase": {}}}),
+                         _fields("nodeplan", "Update", body={"f:metadata": {"f:labels": {}}, "f:spec": {}})]},
+        "spec": {"providerID": f"kwok://{name}"},
+        "status": {"capacity": resources, "allocatable": resources, "conditions": conditions,
+                   "addresses": [{"type": "InternalIP", "address": "10.0.3.17"}, {"type": "Hostname",
+                                                                                   "address": name}],
+                   "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+                   "nodeInfo": {"machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "",
+                                "osImage": "", "containerRuntimeVersion": "", "kubeletVersion": "fake",
+                                "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"},
+                   "phase": "Running"},
+    }
+
+
+# --- offline: a synthetic cluster through the cache's ingest path ----------------------------------------------
+CPUS = ("100m", "250m", "500m", "1", "1500m")
+MEMORIES = ("128Mi", "256Mi", "512Mi", "1Gi", "2Gi")
+PAGE = 500
+
+
+def _stamp(i: int) -> str:
+    return f"2026-12-01T{8 + i // 3600 % 12:02d}:{i // 60 % 60:02d}:{i % 60:02d}Z"
+
+
+def synthetic_pods(count: int, nodes: int, deployments: int, first_rv: int = 10_000) -> Iterator[dict[str, Any]]:
+    """``count`` running pods of ``deployments`` Deployments spread over ``nodes`` nodes, each its own
+    creation and start time."""
+    for i in range(count):
+        d = i % deployments
+        pod = api_pod(f"app-{d:04d}-{i:06d}", f"team-{d % 20:02d}", f"app-{d:04d}-6d5f{d:04x}",
+                      cpu=CPUS[d % len(CPUS)], memory=MEMORIES[d // len(CPUS) % len(MEMORIES)],
+                      node=f"node-{i % nodes:05d}", rv=first_rv + i, app=f"app-{d:04d}")
+        pod["metadata"]["creationTimestamp"] = pod["status"]["startTime"] = _stamp(i)
+        yield pod
+
+
+def synthetic_nodes(count: int) -> Iterator[dict[str, Any]]:
+    for i in range(count):
+        yield api_node(f"node-{i:05d}", instance_type="c-8x-amd64-linux", cpu="8", memory="32Gi",
+                       zone=f"test-zone-{'abcd'[i % 4]}", rv=1_000 + i)
+
+
+def list_pages(kind: str, objects: Iterator[dict[str, Any]], rv: str = "99999") -> list[bytes]:
+    """The JSON pages a paginated list returns (``metadata.continue`` on all but the last)."""
+    pages: list[bytes] = []
+    batch: list[dict[str, Any]] = []
+
+    def flush(last: bool) -> None:
+        meta: dict[str, Any] = {"resourceVersion": rv}
+        if not last:
+            meta["continue"] = f"page-{len(pages) + 1}"
+        pages.append(json.dumps({"kind": f"{kind}List", "apiVersion": "v1", "metadata": meta,
+                                 "items": batch}).encode())
+        batch.clear()
+
+    for obj in objects:
+        batch.append(obj)
+        if len(batch) == PAGE:
+            flush(False)
+    flush(True)
+    return pages
+
+
+class PagedLister:
+    """A list call answering ``limit``/``_continue`` from prepared pages, as the API server's pager does."""
+
+    class Response:
+        def __init__(self, data: bytes) -> None:
+            self.data = data
+
+    def __init__(self, pages: list[bytes]) -> None:
+        self.pages = pages
+        self.calls = 0
+
+    def __call__(self, **kwargs: Any) -> Any:
+        token = kwargs.get("_continue") or ""
+        index = int(token.split("-")[1]) if token else 0
+        self.calls += 1
+        return self.Response(self.pages[index])
+
+
+def _tracemalloc_delta(action: Callable[[], Any]) -> tuple[Any, int, float]:
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    started = time.perf_counter()
+    result = action()
+    seconds = time.perf_counter() - started
+    gc.collect()
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    return result, after - before, seconds
+
+
+def offline(pods: int, nodes: int, deployments: int, pending: int, changed: int) -> dict[str, float]:
+    from kubernetes import client
+
+    from bench.workloads import linux_pool
+    from controller.cache import ClusterCache, Resource
+    from controller.provisioner import Provisioner, ProvisionerOptions
+    from model.snapshot import parse_objects
+    from providers.kwok import kwok_catalog
+
+    made = time.perf_counter()
+    pod_pages = list_pages("Pod", synthetic_pods(pods, nodes, deployments))
+    node_pages = list_pages("Node", synthetic_nodes(nodes))
+    pool_pages = list_pages("NodePool", iter([linux_pool()]))
+    json_bytes = sum(len(p) for p in pod_pages)
+    print(f"generated {pods} pods ({json_bytes / pods:.0f} bytes of JSON each) and {nodes} nodes in "
+          f"{time.perf_counter() - made:.1f}s", file=sys.stderr)
+    empty = list_pages("X", iter([]))
+    kinds = ("Pod", "Node", "NodePool", "NodeClaim", "DaemonSet")
+
+    def new_cache() -> ClusterCache:
+        pages = {"Pod": pod_pages, "Node": node_pages, "NodePool": pool_pages}
+        made = ClusterCache({k: Resource(k, "karpenter.sh/v1" if k in ("NodePool", "NodeClaim") else "v1",
+                                         PagedLister(pages.get(k, empty))) for k in kinds})
+        for kind in kinds:
+            if kind != "Pod":
+                made.informers[kind]._list()
+        return made
+
+    def batch_overhead(cache: ClusterCache, provisioner: Provisioner) -> tuple[int, float]:
+        started = time.perf_counter()
+        batch = provisioner.pending()
+        snapshot = cache.snapshot(provisioner.snapshot_objects(batch))
+        return len(snapshot.pending_pods()), time.perf_counter() - started
+
+    # memory, under tracemalloc: the slim objects the list stores, then the models the first batch parses
+    def memory() -> tuple[int, int]:
+        measured = new_cache()
+        _, listed, _ = _tracemalloc_delta(measured.informers["Pod"]._list)
+        provisioner = Provisioner(client.ApiClient(), measured, kwok_catalog(), ProvisionerOptions())
+        _, parsed, _ = _tracemalloc_delta(lambda: batch_overhead(measured, provisioner))
+        return listed, parsed
+
+    pod_bytes, parsed_bytes = memory()
+    gc.collect()
+    # time, without tracemalloc, on a cache of its own
+    cache = new_cache()
+    informer = cache.informers["Pod"]
+    started = time.perf_counter()
+    informer._list()
+    decode_s = time.perf_counter() - started
+    provisioner = Provisioner(client.ApiClient(), cache, kwok_catalog(), ProvisionerOptions())
+    _, first_s = batch_overhead(cache, provisioner)
+    # a steady batch: bound pods changed (a label) and new pending pods arrived, by watch events
+    decoder = informer._decoder
+    lines = []
+    for pod in synthetic_pods(changed, nodes, deployments, first_rv=900_000):
+        pod["metadata"]["labels"]["revision"] = "2"
+        lines.append(json.dumps({"type": "MODIFIED", "object": pod}).encode())
+    for i in range(pending):
+        d = i % deployments
+        pod = api_pod(f"new-{i:05d}", f"team-{d % 20:02d}", f"new-{d:04d}-7c7c", cpu="500m", memory="1Gi",
+                      rv=950_000 + i, app=f"new-{d:04d}")
+        lines.append(json.dumps({"type": "ADDED", "object": pod}).encode())
+    started = time.perf_counter()
+    for line in lines:
+        informer._apply(*decoder.decode_event(line))
+    events_s = time.perf_counter() - started
+    steady_pending, steady_s = batch_overhead(cache, provisioner)
+    unchanged = sorted(batch_overhead(cache, provisioner)[1] for _ in range(5))
+    # what a batch cost before: every object parsed again
+    objects = provisioner.snapshot_objects(provisioner.pending())
+    started = time.perf_counter()
+    parse_objects(objects, source="cluster")
+    reparse_s = time.perf_counter() - started
+    old_decode = time.perf_counter()
+    for data in pod_pages:
+        json.loads(data)
+    old_decode = time.perf_counter() - old_decode
+    return {
+        "pods": pods, "nodes": nodes, "JSON bytes/pod": json_bytes / pods, "list pages": informer.pages,
+        "list + slim decode s": decode_s, "json.loads of the pages s": old_decode,
+        "cache bytes/pod": pod_bytes / pods, "parsed models bytes/pod": parsed_bytes / pods,
+        "first batch s (all parsed)": first_s,
+        "watch events": len(lines), "watch events s": events_s,
+        "steady batch s": steady_s, "steady batch pending pods": steady_pending,
+        "unchanged batch s (median of 5)": unchanged[2], "unchanged batch s (min)": unchanged[0],
+        "every object parsed again s": reparse_s,
+    }
+
+
+# --- live: the real control plane with KWOK nodes --------------------------------------------------------------
+NAMESPACE = "scale"
+
+
+def static_node(name: str) -> dict[str, Any]:
+    """A KWOK node outside every NodePool (existing capacity the pods are bound to)."""
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                         "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                                    "kubernetes.io/arch": "amd64", "type": "kwok",
+                                    "topology.kubernetes.io/zone": f"test-zone-{'abcd'[hash(name) % 4]}"}},
+            "spec": {}, "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"},
+                                   "capacity": {"cpu": "32", "memory": "128Gi", "pods": "110"}}}
+
+
+def running_pod(i: int, nodes: int) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"run-{i:06d}", "namespace": NAMESPACE, "labels": {"app": f"run-{i % 200:03d}"}},
+            "spec": {"nodeName": f"static-{i % nodes:05d}",
+                     "containers": [{"name": "app", "image": "registry.example.com/app:1",
+                                     "resources": {"requests": {"cpu": CPUS[i % 5], "memory": "256Mi"}}}]}}
+
+
+def populate(kubeconfig: str, nodes: int, pods: int, workers: int = 8) -> None:
+    """Create the nodes and the running pods (a separate process, so the controller's memory is its own)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kubernetes import client
+
+    from controller.run import api_client
+
+    api = api_client(kubeconfig)
+    core: Any = client.CoreV1Api(api)  # plain dicts as bodies
+    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+
+    def done(response: Any) -> None:
+        response.read()
+        response.release_conn()  # unread raw responses would hold their connections (and file descriptors)
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(lambda i: done(core.create_node(static_node(f"static-{i:05d}"), _preload_content=False)),
+                      range(nodes)))
+        list(pool.map(lambda i: done(core.create_namespaced_pod(NAMESPACE, running_pod(i, nodes),
+                                                                _preload_content=False)), range(pods)))
+    print(f"created {nodes} nodes and {pods} pods in {time.monotonic() - started:.0f}s", file=sys.stderr)
+
+
+def scale_out(replicas: int) -> dict[str, Any]:
+    """A Deployment only a NodePool's nodes can take (its node selector names the pool)."""
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "scale-out", "namespace": NAMESPACE},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "scale-out"}},
+                     "template": {"metadata": {"labels": {"app": "scale-out"}}, "spec": {
+                         "nodeSelector": {"karpenter.sh/nodepool": "default"},
+                         "containers": [{"name": "app", "image": "registry.example.com/app:1",
+                                         "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]}}}}
+
+
+def _rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+@contextmanager
+def _timed_solves(record: list[tuple[float, float]]) -> Iterator[None]:
+    """Record when every solve the provisioner makes (``controller.provisioner.solve``) starts and ends, to take
+    it out of the batch."""
+    import controller.provisioner as provisioner
+
+    inner = getattr(provisioner, "solve")  # noqa: B009 - replaced below
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            record.append((started, time.perf_counter()))
+
+    setattr(provisioner, "solve", timed)  # noqa: B010 - the module attribute the provisioner calls
+    try:
+        yield
+    finally:
+        setattr(provisioner, "solve", inner)  # noqa: B010
+
+
+def live(nodes: int, pods: int, replicas: int, timeout: float) -> dict[str, float]:
+    from kubernetes import client
+
+    from bench.controller_perf import NODECLASS, NODEPOOL, _apply, _fresh_cluster, _install_crds
+    from controller.provisioner import BatchRecord, Provisioner
+    from controller.run import Controller, ControllerOptions
+
+    build = subprocess.run([str(ROOT / "hack" / "control-plane" / "build.sh")], capture_output=True, text=True,
+                           check=True)
+    bin_dir = build.stdout.strip().splitlines()[-1]
+    out: dict[str, float] = {"nodes": nodes, "pods": pods, "scale-out": replicas}
+    with tempfile.TemporaryDirectory() as tmp, _fresh_cluster(tmp, bin_dir) as (api, kubeconfig):
+        _install_crds(api, sorted((ROOT / "deploy" / "crds").glob("*.yaml")))
+        _apply(api, NODECLASS)
+        _apply(api, NODEPOOL)
+        made = time.monotonic()
+        subprocess.run([sys.executable, "-m", "bench.controller_scale", "--populate", kubeconfig, str(nodes),
+                        str(pods)], cwd=ROOT, check=True)
+        out["populate s"] = time.monotonic() - made
+        core = client.CoreV1Api(api)
+        gc.collect()
+        rss_before = _rss_mib()
+        solves: list[tuple[float, float]] = []
+        #: per batch: seconds before the solve (snapshot: cache → objects → models), after it (NodeClaim bodies)
+        batches: list[tuple[float, float]] = []
+        inner_plan = Provisioner.plan
+
+        def plan(self: Provisioner, *args: Any, **kwargs: Any) -> tuple[BatchRecord, list[dict[str, Any]]]:
+            started = time.perf_counter()
+            done = len(solves)
+            result = inner_plan(self, *args, **kwargs)
+            ended = time.perf_counter()
+            if len(solves) > done:
+                batches.append((solves[done][0] - started, ended - solves[-1][1]))
+            return result
+
+        Provisioner.plan = plan  # type: ignore[method-assign]
+        stop = threading.Event()
+        options = ControllerOptions(batch_idle=1.0, batch_max=10.0)
+        options.disruption.enabled = False
+        with _timed_solves(solves):
+            controller = Controller(api, options)
+            thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
+            synced = time.monotonic()
+            thread.start()
+            try:
+                if not controller.synced.wait(300):
+                    raise RuntimeError("the controller's cache did not sync in 300s")
+                out["sync s"] = time.monotonic() - synced
+                gc.collect()
+                out["rss after sync MiB"] = _rss_mib() - rss_before
+                out["rss/pod after sync KiB"] = out["rss after sync MiB"] * 1024 / pods
+                pages = controller.cache.informers["Pod"].pages
+                out["pod list pages"] = pages
+                started = time.monotonic()
+                _apply(api, scale_out(replicas))
+                while time.monotonic() - started < timeout:
+                    listed: Any = core.list_namespaced_pod(NAMESPACE, label_selector="app=scale-out",
+                                                           _preload_content=False)
+                    running = sum(1 for p in json.loads(listed.data)["items"]
+                                  if (p.get("status") or {}).get("phase") == "Running")
+                    if running >= replicas:
+                        out["scale-out to all Running s"] = time.monotonic() - started
+                        break
+                    time.sleep(2.0)
+                gc.collect()
+                out["rss after scale-out MiB"] = _rss_mib() - rss_before
+                out["rss/pod after scale-out KiB"] = out["rss after scale-out MiB"] * 1024 / (pods + replicas)
+            finally:
+                stop.set()
+                thread.join(60)
+                Provisioner.plan = inner_plan  # type: ignore[method-assign]
+        out["batches"] = len(batches)
+        if batches:
+            out["first batch before solve s"], out["first batch after solve s"] = batches[0]
+            later = batches[1:] or batches
+            out["later batches before solve max s"] = max(b for b, _ in later)
+            out["later batches before solve mean s"] = sum(b for b, _ in later) / len(later)
+            out["later batches after solve max s"] = max(a for _, a in later)
+            out["solve max s"] = max(end - start for start, end in solves)
+        out["peak rss MiB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        out["throttled"] = sum(i.throttled for i in controller.cache.informers.values())
+    return out
+
+
+def _print(title: str, figures: dict[str, float]) -> None:
+    print(f"\n{title}")
+    for key, value in figures.items():
+        print(f"  {key:32s} {value:12.3f}" if isinstance(value, float) else f"  {key:32s} {value:12}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--offline", action="store_true", help="only the synthetic cache")
+    parser.add_argument("--live", action="store_true", help="only the real control plane")
+    parser.add_argument("--pods", type=int, default=50_000)
+    parser.add_argument("--nodes", type=int, default=5_000)
+    parser.add_argument("--deployments", type=int, default=500)
+    parser.add_argument("--pending", type=int, default=100, help="new pending pods before the steady batch")
+    parser.add_argument("--changed", type=int, default=100, help="bound pods changed before the steady batch")
+    parser.add_argument("--live-nodes", type=int, default=2_000)
+    parser.add_argument("--live-pods", type=int, default=20_000)
+    parser.add_argument("--scale-out", type=int, default=1_000)
+    parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--populate", nargs=3, metavar=("KUBECONFIG", "NODES", "PODS"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.populate:
+        populate(args.populate[0], int(args.populate[1]), int(args.populate[2]))
+        return 0
+    both = not args.offline and not args.live
+    if args.offline or both:
+        _print(f"offline: {args.pods} bound pods, {args.nodes} nodes (python -m bench.controller_scale --offline)",
+               offline(args.pods, args.nodes, args.deployments, args.pending, args.changed))
+    if args.live or both:
+        _print(f"live: {args.live_nodes} KWOK nodes, {args.live_pods} running pods, {args.scale_out}-pod scale-out",
+               live(args.live_nodes, args.live_pods, args.scale_out, args.timeout))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("NODEPLAN_STARTED", str(time.time()))
+    sys.exit(main())

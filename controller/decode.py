@@ -1,0 +1,333 @@
+"""Slim decoding of watched objects: what the cache keeps of each list item and watch event.
+
+The API server sends a Pod as ~5-18 KB of JSON (managedFields, container images, env, probes, volume mounts,
+status of every container) of which the rules and the controller read a few fields. Pods and Nodes are decoded
+by msgspec into Structs that name only those fields (msgspec skips the rest while scanning, without building
+it), then kept as plain dicts, the shape every reader of the cache (``model.snapshot``, ``controller.*``)
+already uses. Every other kind is decoded whole, less ``metadata.managedFields`` and kubectl's
+last-applied-configuration annotation.
+
+Replicas of one workload share most of what is left (labels, owner, containers' resources, tolerations,
+affinity): ``Shared`` hands out one object per distinct value, so 50,000 pods of 500 Deployments hold 500
+copies of each. Cached objects are therefore read-only: a reader that changes one copies it first (as
+``controller.provisioner`` does).
+
+What is kept of a Pod is what ``model.pod.Pod.parse`` reads plus what the controller reads itself (PodScheduled
+reason, priorityClassName, tolerations for drains, deletionTimestamp); ``tests/unit/test_decode.py`` checks the
+parsed Pod and Node are the same either way.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+Object = dict[str, Any]
+#: kubectl apply's copy of the whole object: no rule reads it, and it is as large as the object
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+class DecodeError(Exception):
+    """A watched object or response that is not the JSON the API server sends (names kind, object, field)."""
+
+
+class _Slim(msgspec.Struct, omit_defaults=True):
+    """Fields not named are skipped by the decoder; unset ones are left out of the dict."""
+
+
+class OwnerReference(_Slim):
+    apiVersion: Any = None
+    kind: Any = None
+    name: Any = None
+    uid: Any = None
+    controller: Any = None
+
+
+class ObjectMeta(_Slim):
+    name: Any = None
+    namespace: Any = None
+    uid: Any = None
+    resourceVersion: Any = None
+    generation: Any = None
+    creationTimestamp: Any = None
+    deletionTimestamp: Any = None
+    labels: Any = None
+    annotations: Any = None
+    ownerReferences: list[OwnerReference] | None = None
+    finalizers: Any = None
+
+
+class Container(_Slim):
+    name: Any = None
+    resources: Any = None  # requests, limits, claims
+    ports: Any = None  # hostPort
+    restartPolicy: Any = None  # sidecar init containers
+
+
+class Volume(_Slim):
+    name: Any = None
+    persistentVolumeClaim: Any = None
+    ephemeral: Any = None
+
+
+class PodSpec(_Slim):
+    nodeName: Any = None
+    containers: list[Container] | None = None
+    initContainers: list[Container] | None = None
+    overhead: Any = None
+    resources: Any = None
+    affinity: Any = None
+    nodeSelector: Any = None
+    tolerations: Any = None
+    topologySpreadConstraints: Any = None
+    volumes: list[Volume] | None = None
+    priority: Any = None
+    priorityClassName: Any = None
+    schedulingGates: Any = None
+    resourceClaims: Any = None
+
+
+class PodCondition(_Slim):
+    type: Any = None
+    status: Any = None
+    reason: Any = None
+
+
+class PodStatus(_Slim):
+    phase: Any = None
+    startTime: Any = None
+    nominatedNodeName: Any = None
+    resourceClaimStatuses: Any = None
+    conditions: list[PodCondition] | None = None
+
+
+class Pod(_Slim):
+    apiVersion: Any = None
+    kind: Any = None
+    metadata: ObjectMeta | None = None
+    spec: PodSpec | None = None
+    status: PodStatus | None = None
+
+
+class NodeCondition(_Slim):
+    type: Any = None
+    status: Any = None
+    reason: Any = None
+    lastTransitionTime: Any = None
+
+
+class NodeSpec(_Slim):
+    taints: Any = None
+    unschedulable: Any = None
+    providerID: Any = None
+
+
+class NodeStatus(_Slim):
+    capacity: Any = None
+    allocatable: Any = None
+    conditions: list[NodeCondition] | None = None
+
+
+class Node(_Slim):
+    apiVersion: Any = None
+    kind: Any = None
+    metadata: ObjectMeta | None = None
+    spec: NodeSpec | None = None
+    status: NodeStatus | None = None
+
+
+#: kinds decoded into a slim Struct; the others are decoded whole (less managedFields)
+SLIM: dict[str, type[_Slim]] = {"Pod": Pod, "Node": Node}
+#: per kind, the (section, field) values that replicas usually share
+_SHARED_FIELDS = {
+    "Pod": (("metadata", "labels"), ("metadata", "annotations"), ("metadata", "ownerReferences"),
+            ("spec", "containers"), ("spec", "initContainers"), ("spec", "tolerations"), ("spec", "affinity"),
+            ("spec", "nodeSelector"), ("spec", "topologySpreadConstraints"), ("spec", "volumes"),
+            ("status", "conditions")),
+    "Node": (("spec", "taints"), ("status", "capacity"), ("status", "allocatable")),
+}
+#: short strings many objects repeat (namespace, phase, priority class), kept once
+_INTERNED = (("metadata", "namespace"), ("status", "phase"), ("spec", "priorityClassName"))
+
+
+class Shared:
+    """One object per distinct JSON value, so identical sub-objects of many objects are stored once. Bounded:
+    past ``limit`` distinct values it starts again (sharing is only lost for what is decoded next)."""
+
+    def __init__(self, limit: int = 50_000) -> None:
+        self._values: dict[bytes, Any] = {}
+        self._limit = limit
+        self._encode = msgspec.json.Encoder().encode
+
+    def __call__(self, value: Any) -> Any:
+        if not value:
+            return value
+        key = self._encode(value)
+        found = self._values.get(key)
+        if found is not None:
+            return found
+        if len(self._values) >= self._limit:
+            self._values.clear()
+        self._values[key] = value
+        return value
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
+class Decoder:
+    """Decodes list responses, watch events and API responses of one kind into the cache's slim dicts."""
+
+    def __init__(self, kind: str, api_version: str, shared: Shared | None = None) -> None:
+        self.kind = kind
+        self.api_version = api_version
+        self._shared = shared or Shared()
+        slim = SLIM.get(kind)
+        self._slim = slim
+        item: Any = slim if slim is not None else dict[str, Any]
+        self._list = msgspec.json.Decoder(_list_type(item))
+        self._event = msgspec.json.Decoder(_event_type(item))
+        self._whole_list = msgspec.json.Decoder(_list_type(dict[str, Any]))
+        self._whole_event = msgspec.json.Decoder(_event_type(dict[str, Any]))
+
+    # -- entry points -------------------------------------------------------------------------------------
+    def decode_list(self, data: bytes) -> tuple[list[Object], str, str]:
+        """A list response (one page): its items, ``metadata.resourceVersion`` and ``metadata.continue``."""
+        try:
+            page = self._list.decode(data)
+        except msgspec.ValidationError:
+            page = self._decode_whole(self._whole_list, data, "list response")
+        except msgspec.DecodeError as err:
+            raise DecodeError(f"{self.kind} list response: malformed JSON: {err}") from None
+        meta = page.metadata
+        return ([self._finish(item) for item in page.items or ()], str(meta.resourceVersion or ""),
+                str(meta.continue_ or ""))
+
+    def decode_event(self, line: bytes) -> tuple[str, Object]:
+        """One watch event line: its type and object (an ERROR event's object is the Status, kept whole)."""
+        try:
+            event = self._event.decode(line)
+        except msgspec.ValidationError:
+            event = self._decode_whole(self._whole_event, line, "watch event")
+        except msgspec.DecodeError as err:
+            raise DecodeError(f"{self.kind} watch event: malformed JSON: {err}") from None
+        if event.type == "ERROR":
+            status = msgspec.json.decode(line).get("object")
+            return "ERROR", status if isinstance(status, dict) else {}
+        return str(event.type or ""), self._finish(event.object) if event.object is not None else {}
+
+    def slim(self, obj: Mapping[str, Any]) -> Object:
+        """An object the API returned to one of our writes, as the watch would have delivered it."""
+        if self._slim is not None:
+            try:
+                return self._finish(msgspec.convert(obj, self._slim, from_attributes=False))
+            except msgspec.ValidationError:
+                pass  # not the API server's shape: keep it whole, the model's parser names the field
+        whole = dict(obj)  # the caller's object stays as it is
+        if isinstance(whole.get("metadata"), Mapping):
+            whole["metadata"] = dict(whole["metadata"])
+        return self._finish(whole)
+
+    # -- internals ----------------------------------------------------------------------------------------
+    def _decode_whole(self, decoder: msgspec.json.Decoder[Any], data: bytes, what: str) -> Any:
+        """An item the slim Struct refuses (a field of an unexpected type) is kept whole, so the model's parser
+        reports it with its field path, as it does for a snapshot file."""
+        try:
+            return decoder.decode(data)
+        except (msgspec.ValidationError, msgspec.DecodeError) as err:
+            raise DecodeError(f"{self.kind} {what}: {err}") from None
+
+    def _finish(self, item: Any) -> Object:
+        obj: Object = msgspec.to_builtins(item) if isinstance(item, msgspec.Struct) else item
+        if not isinstance(obj, dict):
+            raise DecodeError(f"{self.kind}: expected an object, got {type(obj).__name__}")
+        obj.setdefault("kind", self.kind)
+        obj.setdefault("apiVersion", self.api_version)
+        obj["kind"], obj["apiVersion"] = sys.intern(str(obj["kind"])), sys.intern(str(obj["apiVersion"]))
+        meta = obj.get("metadata")
+        if isinstance(meta, dict):
+            meta.pop("managedFields", None)
+            annotations = meta.get("annotations")
+            if isinstance(annotations, dict) and LAST_APPLIED in annotations:
+                meta["annotations"] = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
+        if self._slim is not None:
+            self._share(obj)
+        return obj
+
+    def _share(self, obj: Object) -> None:
+        for section, field in _INTERNED:
+            part = obj.get(section)
+            if isinstance(part, dict) and isinstance(part.get(field), str):
+                part[field] = sys.intern(part[field])
+        spec = obj.get("spec")
+        if self.kind == "Pod" and isinstance(spec, dict) and isinstance(spec.get("volumes"), list):
+            # only claims matter (volume topology); the projected service-account token and the like do not
+            spec["volumes"] = [v for v in spec["volumes"] if len(v) > 1] or None
+            if spec["volumes"] is None:
+                del spec["volumes"]
+        for section, field in _SHARED_FIELDS.get(self.kind, ()):
+            part = obj.get(section)
+            if isinstance(part, dict) and field in part:
+                part[field] = self._shared(part[field])
+
+
+class _ListMeta(msgspec.Struct):
+    resourceVersion: Any = None
+    continue_: Any = msgspec.field(default=None, name="continue")
+
+
+def _list_type(item: Any) -> Any:
+    return msgspec.defstruct("Page", [("metadata", _ListMeta, msgspec.field(default_factory=_ListMeta)),
+                                      ("items", list[item] | None, None)])
+
+
+def _event_type(item: Any) -> Any:
+    return msgspec.defstruct("Event", [("type", Any, None), ("object", item | None, None)])
+
+
+class PodParser:
+    """``model.pod.Pod.parse`` once per pod shape: replicas differ only in name, uid, node, creation and start
+    time, so a pod whose other fields match an earlier one's is that pod's model with those five replaced — the
+    same model ``Pod.parse`` builds (``tests/unit/test_decode.py``), in microseconds instead of a millisecond,
+    sharing every other value. Bounded like ``Shared``."""
+
+    #: per-pod string fields and the Pod field each one becomes
+    IDENTITY = (("metadata", "name", "name"), ("metadata", "uid", "uid"),
+                ("metadata", "creationTimestamp", "created"), ("spec", "nodeName", "node_name"),
+                ("status", "startTime", "started"))
+
+    def __init__(self, limit: int = 20_000) -> None:
+        self._shapes: dict[tuple[bytes, bytes, bytes], Any] = {}
+        self._limit = limit
+        self._encode = msgspec.json.Encoder().encode
+
+    def __call__(self, raw: Mapping[str, Any]) -> Any:
+        from model.pod import Pod
+
+        sections = [raw.get(name) for name in ("metadata", "spec", "status")]
+        if not all(isinstance(part, dict) or part is None for part in sections):
+            return Pod.parse(raw)  # not an API object: the parser names the bad field
+        meta, spec, status = (part or {} for part in sections)
+        update = {}
+        for section, field, attr in self.IDENTITY:
+            value = {"metadata": meta, "spec": spec, "status": status}[section].get(field)
+            if value is not None and not isinstance(value, str):
+                return Pod.parse(raw)
+            update[attr] = value or ""
+        key = (self._encode({k: v for k, v in meta.items() if k not in ("name", "uid", "resourceVersion",
+                                                                           "creationTimestamp")}),
+               self._encode({k: v for k, v in spec.items() if k != "nodeName"}),
+               self._encode({k: v for k, v in status.items() if k != "startTime"}))
+        shape = self._shapes.get(key)
+        if shape is None:
+            shape = Pod.parse(raw)
+            if len(self._shapes) >= self._limit:
+                self._shapes.clear()
+            self._shapes[key] = shape
+        pod = shape.model_copy(update=update)
+        # every copy names the same fields as set: share the shape's set instead of one per pod
+        object.__setattr__(pod, "__pydantic_fields_set__", shape.__pydantic_fields_set__)
+        return pod
