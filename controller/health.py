@@ -4,27 +4,30 @@ health probes on separate ports; ``--metrics-port`` and ``--health-port`` may be
 ``/healthz`` (liveness) fails only when the controller is wedged: a worker loop has not ticked for
 ``stall_after`` seconds. ``/readyz`` succeeds once the watch cache has synced — a standby replica waiting for
 the Lease is ready too (it is healthy and will take over), so a rolling update never waits on leadership.
-Standard library HTTP server in a daemon thread: no framework for three GET endpoints.
+Standard library HTTP server in a daemon thread: no framework for three GET endpoints. The scrape's format,
+compression and ``?name[]=`` filter are negotiated by ``controller.metrics.Metrics.render`` (prometheus_client's
+encoders and negotiation).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from urllib.parse import parse_qs, urlparse
 
 log = logging.getLogger(__name__)
 
 Check = Callable[[], tuple[bool, str]]
+#: (Accept, Accept-Encoding, ?name[] filter) → (body, headers): ``Metrics.render``
+Scrape = Callable[[str | None, str | None, Sequence[str] | None], tuple[bytes, list[tuple[str, str]]]]
 
 
 class Endpoints:
     """What the probes and the scrape answer; the server only routes."""
 
-    def __init__(self, healthy: Check, ready: Check, metrics: Callable[[], bytes] | None) -> None:
+    def __init__(self, healthy: Check, ready: Check, metrics: Scrape | None) -> None:
         self.healthy = healthy
         self.ready = ready
         self.metrics = metrics
@@ -37,14 +40,18 @@ def _handler(endpoints: Endpoints, paths: frozenset[str]) -> type[BaseHTTPReques
             if path not in paths:
                 self._answer(404, b"not found\n")
             elif path == "/metrics" and endpoints.metrics is not None:
-                self._answer(200, endpoints.metrics(), CONTENT_TYPE_LATEST)
+                names = parse_qs(urlparse(self.path).query).get("name[]")
+                body, headers = endpoints.metrics(self.headers.get("Accept"), self.headers.get("Accept-Encoding"),
+                                                  names)
+                self._answer(200, body, *headers)
             else:
                 ok, why = (endpoints.healthy if path == "/healthz" else endpoints.ready)()
                 self._answer(200 if ok else 503, f"{'ok' if ok else 'not ok'}: {why}\n".encode())
 
-        def _answer(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
+        def _answer(self, code: int, body: bytes, *headers: tuple[str, str]) -> None:
             self.send_response(code)
-            self.send_header("Content-Type", content_type)
+            for name, value in headers or (("Content-Type", "text/plain; charset=utf-8"),):
+                self.send_header(name, value)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

@@ -1,0 +1,498 @@
+"""Karpenter's cluster-state metrics (``karpenter_nodes_*``, ``karpenter_pods_*``, ``karpenter_nodepools_*``,
+``karpenter_cluster_*``), read from the watch cache, with Karpenter's names and label sets.
+
+A cluster of 50,000 pods is 50,000 ``karpenter_pods_state`` series; prometheus_client formats a 13-label sample
+in ~17 µs, so formatting them afresh on each scrape alone takes longer than the scrape budget (0.5 s). Here
+everything derived from one object — what a pod requests, where it runs, its rendered series — is computed once
+per (uid, resourceVersion) and kept; a refresh only looks at objects whose resourceVersion moved, and the
+exposition splices the kept lines. Lines are written exactly as prometheus_client writes them (labels sorted,
+values escaped, Go float formatting: ``tests/unit/test_metrics.py`` compares the bytes).
+
+Transitions are observed here too, because this is where a pod's change is noticed: a pod seen Pending that
+turns Ready records ``karpenter_pods_startup_duration_seconds`` (Ready's lastTransitionTime minus
+creationTimestamp, as Karpenter's pod metrics controller does), one seen unbound that is scheduled records
+``karpenter_pods_bound_duration_seconds``. ``refresh`` runs on every scrape and every lifecycle pass, so a
+transition is seen even when nobody scrapes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+from prometheus_client.utils import floatToGoString
+
+from controller.batch import is_terminal
+from controller.cache import ClusterCache
+from model import labels as wk
+from model.durations import epoch
+from model.errors import InputError
+from model.fields import RawObject
+from model.pod import effective_requests
+from model.resources import Resources
+
+PREFIX = "karpenter_"
+
+#: Karpenter's ``v1.WellKnownLabels`` as metric labels (the key after the slash, snake_case)
+WELL_KNOWN = (("nodepool", wk.NODEPOOL), ("zone", wk.ZONE), ("region", wk.REGION),
+              ("instance_type", wk.INSTANCE_TYPE), ("arch", wk.ARCH), ("os", wk.OS),
+              ("capacity_type", wk.CAPACITY_TYPE), ("windows_build", "node.kubernetes.io/windows-build"))
+
+
+def resource_label(resource: str) -> str:
+    """Karpenter's ``resource_type`` value: lower case, ``-`` as ``_`` (``ephemeral_storage``)."""
+    return resource.lower().replace("-", "_")
+
+
+def metric_value(resource: str, amount: int) -> float:
+    """Base units → Karpenter's units: cpu in cores (nodeplan counts millicores), everything else as is."""
+    return amount / 1000 if resource == "cpu" else float(amount)
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+def series(name: str, labels: Mapping[str, str]) -> str:
+    """``name{a="x",b="y"}`` as prometheus_client renders it (labels sorted by name)."""
+    if not labels:
+        return name
+    return name + "{" + ",".join(f'{k}="{_escape(str(v))}"' for k, v in sorted(labels.items())) + "}"
+
+
+def line(prefix: str, value: float) -> bytes:
+    """One sample line, encoded once: the scrape joins kept bytes."""
+    return f"{prefix} {floatToGoString(value)}\n".encode()  # type: ignore[no-untyped-call]
+
+
+
+def _resources(raw: Any) -> Resources:
+    try:
+        return Resources.parse(raw if isinstance(raw, Mapping) else None)
+    except InputError:
+        return Resources()
+
+
+def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            return cast(Mapping[str, Any], cond)
+    return {}
+
+
+@dataclass(frozen=True, slots=True)
+class PodFacts:
+    """What the metrics read of one pod at one resourceVersion."""
+
+    version: str
+    key: str
+    name: str
+    namespace: str
+    node: str
+    #: Karpenter's owner label: the first owner's self link
+    owner: str
+    phase: str
+    ready: bool
+    scheduled: bool
+    terminal: bool
+    daemon: bool
+    requests: tuple[tuple[str, int], ...]
+    created: float | None
+    ready_since: float | None
+    scheduled_since: float | None
+
+
+def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    owners = meta.get("ownerReferences") or []
+    owner = ""
+    if owners:
+        first = owners[0]
+        owner = (f"/apis/{first.get('apiVersion', '')}/namespaces/{meta.get('namespace', '')}/"
+                 f"{str(first.get('kind', '')).lower()}s/{first.get('name', '')}")
+    try:
+        requests = effective_requests(RawObject(spec, "spec"))
+    except InputError:
+        requests = Resources()
+    ready, scheduled = _condition(pod, "Ready"), _condition(pod, "PodScheduled")
+    return PodFacts(
+        version=meta.get("resourceVersion") or "", key=f"{meta.get('namespace', '')}/{meta.get('name', '')}",
+        name=str(meta.get("name") or ""), namespace=str(meta.get("namespace") or ""),
+        node=str(spec.get("nodeName") or ""), owner=owner, phase=str(status.get("phase") or ""),
+        ready=ready.get("status") == "True", scheduled=scheduled.get("status") == "True",
+        terminal=is_terminal(pod), daemon=any(o.get("kind") == "DaemonSet" for o in owners),
+        requests=tuple((*requests.items(), ("pods", 1))) if "pods" not in requests else tuple(requests.items()),
+        created=epoch(meta.get("creationTimestamp")), ready_since=epoch(ready.get("lastTransitionTime")),
+        scheduled_since=epoch(scheduled.get("lastTransitionTime")))
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    version: str
+    name: str
+    #: the well-known labels, as (metric label, value)
+    labels: tuple[tuple[str, str], ...]
+    phase: str
+    allocatable: tuple[tuple[str, int], ...]
+    overhead: tuple[tuple[str, int], ...]
+    created: float | None
+
+    @property
+    def where(self) -> dict[str, str]:
+        return dict(self.labels)
+
+
+def node_facts(node: Mapping[str, Any]) -> NodeFacts:
+    meta = node.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    status = node.get("status") or {}
+    allocatable = _resources(status.get("allocatable"))
+    capacity = _resources(status.get("capacity"))
+    overhead = (capacity - allocatable).clamp_nonnegative() if capacity else Resources()
+    return NodeFacts(version=str(meta.get("resourceVersion") or ""), name=str(meta.get("name") or ""),
+                     labels=tuple((label, str(labels.get(key, ""))) for label, key in WELL_KNOWN),
+                     phase=str(status.get("phase") or ""), allocatable=tuple(allocatable.items()),
+                     overhead=tuple(overhead.items()), created=epoch(meta.get("creationTimestamp")))
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    documentation: str
+
+
+POD_STATE = Family(f"{PREFIX}pods_state", "Pod state is the current state of pods. This metric can be used several "
+                   "ways as it is labeled by the pod name, namespace, owner, node, nodepool name, zone, architecture, "
+                   "capacity type, instance type, pod phase, and pod readiness.")
+ALLOCATABLE = Family(f"{PREFIX}nodes_allocatable", "Node allocatable are the resources allocatable by nodes.")
+POD_REQUESTS = Family(f"{PREFIX}nodes_total_pod_requests", "Node total pod requests are the resources requested by "
+                      "pods bound to nodes, including the DaemonSet pods.")
+DAEMON_REQUESTS = Family(f"{PREFIX}nodes_total_daemon_requests", "Node total daemon requests are the resource "
+                         "requested by DaemonSet pods bound to nodes.")
+OVERHEAD = Family(f"{PREFIX}nodes_system_overhead", "Node system daemon overhead are the resources reserved for "
+                  "system overhead, the difference between the node's capacity and allocatable values are "
+                  "reported by the status.")
+LIFETIME = Family(f"{PREFIX}nodes_current_lifetime_seconds", "Node age in seconds")
+UTILIZATION = Family(f"{PREFIX}cluster_utilization_percent", "Utilization of allocatable resources by pod requests")
+NODE_COUNT = Family(f"{PREFIX}cluster_state_node_count", "Current count of nodes in cluster state")
+SYNCED = Family(f"{PREFIX}cluster_state_synced", "Returns 1 if cluster state is synced and 0 otherwise. Synced "
+                "checks that nodeclaims and nodes that are stored in the APIServer have the same representation as "
+                "Karpenter's cluster state")
+POOL_USAGE = Family(f"{PREFIX}nodepools_usage", "The amount of resources that have been provisioned for a nodepool. "
+                    "Labeled by nodepool name and resource type.")
+POOL_LIMIT = Family(f"{PREFIX}nodepools_limit", "Limits specified on the nodepool that restrict the quantity of "
+                    "resources provisioned. Labeled by nodepool name and resource type.")
+#: every family this module writes, in exposition order
+FAMILIES = (SYNCED, NODE_COUNT, ALLOCATABLE, POD_REQUESTS, DAEMON_REQUESTS, OVERHEAD, LIFETIME, UTILIZATION,
+            POOL_USAGE, POOL_LIMIT, POD_STATE)
+
+#: called with (seconds) when a pod seen Pending turns Ready / a pod seen unbound is scheduled
+Observer = Callable[[float], None]
+
+
+class ClusterStateMetrics:
+    """The cluster-state families, kept up to date from the cache by ``refresh`` and written by ``render``."""
+
+    def __init__(self, cache: ClusterCache, synced: Callable[[], bool], *, on_started: Observer | None = None,
+                 on_bound: Observer | None = None, clock: Callable[[], float] = time.time) -> None:
+        self._cache = cache
+        self._synced = synced
+        self._on_started = on_started
+        self._on_bound = on_bound
+        self._clock = clock
+        self._lock = threading.Lock()
+        #: uid → facts at the last refresh
+        self._pods: dict[str, PodFacts] = {}
+        #: uid → (the node facts the line was rendered with, the rendered line)
+        self._pod_lines: dict[str, tuple[NodeFacts | None, bytes]] = {}
+        #: every pod line joined, kept while no pod and no node changed (the warm scrape reuses it whole)
+        self._pod_text: bytes | None = None
+        self._nodes: dict[str, NodeFacts] = {}
+        #: node name → label prefixes per (family, resource) rendered for its facts and managed flag
+        self._node_prefixes: dict[str, tuple[NodeFacts, bool, dict[tuple[str, str], str]]] = {}
+        self._pending: set[str] = set()
+        self._unbound: set[str] = set()
+        #: uids whose resourceVersion moved in this refresh; pods gone, nodes changed in it
+        self._changed: set[str] = set()
+        self._pods_gone = False
+        self._nodes_changed = False
+        self._refreshed = float("-inf")
+        #: pods created after this (wall clock, seconds) were seen from their start
+        self._since = clock()
+        #: node → summed requests of its bound, non-terminal pods (and of its DaemonSet pods), kept as pods change
+        self._requested: dict[str, dict[str, int]] = {}
+        self._daemon: dict[str, dict[str, int]] = {}
+        #: node → (facts, managed, request totals, its rendered allocatable / requests / overhead lines)
+        self._node_lines: dict[str, tuple[NodeFacts, bool, tuple[Any, Any], dict[str, list[bytes]]]] = {}
+        #: NodeClaim name → (resourceVersion, nodepool, capacity)
+        self._claims: dict[str, tuple[str, str, Resources]] = {}
+        self._families: dict[str, list[bytes]] = {f.name: [] for f in FAMILIES}
+
+    # -- keeping up ---------------------------------------------------------------------------------------
+    def refresh(self, *, at_most_every: float = 0.0) -> None:
+        """Bring every family up to date with the cache (only changed objects are looked at again); skipped when
+        the last refresh is less than ``at_most_every`` seconds old (the lifecycle loop's call, which may come
+        many times a second while the cluster changes)."""
+        with self._lock:
+            if at_most_every and time.monotonic() - self._refreshed < at_most_every:
+                return
+            self._refresh()
+
+    def _refresh(self) -> None:
+        self._refreshed = time.monotonic()
+        synced = self._synced()
+        families: dict[str, list[bytes]] = {f.name: [] for f in FAMILIES}
+        families[SYNCED.name].append(line(SYNCED.name, 1.0 if synced else 0.0))
+        if not synced:
+            self._families = families
+            return
+        nodes = self._refresh_nodes(self._cache.items("Node"))
+        pods = self._refresh_pods(self._cache.items("Pod"))
+        claims = self._cache.items("NodeClaim")
+        managed = {str((c.get("status") or {}).get("nodeName") or "") for c in claims}
+        families[NODE_COUNT.name].append(line(NODE_COUNT.name, float(len(nodes))))
+        now = self._clock()
+        total_alloc: dict[str, int] = {}
+        total_used: dict[str, int] = {}
+        node_lines: dict[str, list[bytes]] = {f.name: [] for f in (ALLOCATABLE, POD_REQUESTS, DAEMON_REQUESTS,
+                                                                  OVERHEAD)}
+        for name, node in sorted(nodes.items()):
+            requested = self._requested.get(name, {})
+            is_managed = name in managed
+            prefixes = self._prefixes(node, is_managed)
+            signature = (tuple(sorted(requested.items())), tuple(sorted(self._daemon.get(name, {}).items())))
+            kept = self._node_lines.get(name)
+            if kept is None or kept[0] is not node or kept[1] != is_managed or kept[2] != signature:
+                rendered = {family.name: [line(self._prefix(prefixes, node, is_managed, family, resource),
+                                               metric_value(resource, amount)) for resource, amount in values]
+                            for family, values in ((ALLOCATABLE, node.allocatable), (POD_REQUESTS, signature[0]),
+                                                   (DAEMON_REQUESTS, signature[1]), (OVERHEAD, node.overhead))}
+                kept = (node, is_managed, signature, rendered)
+                self._node_lines[name] = kept
+            for family_name, lines in kept[3].items():
+                node_lines[family_name].extend(lines)
+            if node.created is not None:
+                families[LIFETIME.name].append(line(self._prefix(prefixes, node, is_managed, LIFETIME, ""),
+                                                    max(0.0, now - node.created)))
+            for resource, amount in node.allocatable:
+                total_alloc[resource] = total_alloc.get(resource, 0) + amount
+            for resource, amount in requested.items():
+                total_used[resource] = total_used.get(resource, 0) + amount
+        for name in set(self._node_lines) - set(nodes):
+            del self._node_lines[name]
+        families.update(node_lines)
+        for resource, amount in sorted(total_alloc.items()):
+            if amount:
+                families[UTILIZATION.name].append(line(series(UTILIZATION.name, {
+                    "resource_type": resource_label(resource)}), 100 * total_used.get(resource, 0) / amount))
+        self._pool_families(families, claims)
+        if self._pod_text is None or self._changed or self._pods_gone or self._nodes_changed:
+            pod_lines = []
+            for uid, facts in pods.items():
+                where = nodes.get(facts.node)
+                kept_pod = self._pod_lines.get(uid)
+                if kept_pod is None or kept_pod[0] is not where or uid in self._changed:
+                    kept_pod = (where, line(series(POD_STATE.name, self._pod_labels(facts, where)), 1.0))
+                    self._pod_lines[uid] = kept_pod
+                pod_lines.append(kept_pod[1])
+            self._pod_text = b"".join(pod_lines)
+        families[POD_STATE.name] = [self._pod_text]
+        self._families = families
+
+    def _count(self, facts: PodFacts, sign: int) -> None:
+        """Add (``sign`` 1) or take back (-1) a pod's requests in its node's totals (and its DaemonSet totals)."""
+        if facts.terminal or not facts.node:
+            return
+        targets = [self._requested.setdefault(facts.node, {})]
+        if facts.daemon:
+            targets.append(self._daemon.setdefault(facts.node, {}))
+        for into in targets:
+            for resource, amount in facts.requests:
+                left = into.get(resource, 0) + sign * amount
+                if left:
+                    into[resource] = left
+                else:
+                    into.pop(resource, None)
+
+    def _refresh_nodes(self, raw: Iterable[Mapping[str, Any]]) -> dict[str, NodeFacts]:
+        seen: dict[str, NodeFacts] = {}
+        changed = False
+        for node in raw:
+            meta = node.get("metadata") or {}
+            name = str(meta.get("name") or "")
+            known = self._nodes.get(name)
+            if known is None or known.version != str(meta.get("resourceVersion") or ""):
+                known = node_facts(node)
+                changed = True
+            seen[name] = known
+        self._nodes_changed = changed or len(seen) != len(self._nodes)
+        self._nodes = seen
+        for name in set(self._node_prefixes) - set(seen):
+            del self._node_prefixes[name]
+        return seen
+
+    def _refresh_pods(self, raw: Iterable[Mapping[str, Any]]) -> dict[str, PodFacts]:
+        seen: dict[str, PodFacts] = {}
+        self._changed = set()
+        now = self._clock()
+        kept = self._pods
+        added = 0
+        for pod in raw:  # the hot loop of a scrape: one lookup and one comparison per unchanged pod
+            meta = pod.get("metadata") or {}
+            uid = meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"
+            known = kept.get(uid)
+            if known is None or known.version != (meta.get("resourceVersion") or ""):
+                fresh = known is None
+                if known is not None:
+                    self._count(known, -1)
+                else:
+                    added += 1
+                known = pod_facts(pod)
+                if fresh and known.created is not None and known.created >= self._since:
+                    # created while this controller watched: it was Pending and unbound at first, even if a
+                    # refresh only sees it now (Karpenter sees every event; refreshes come every few seconds)
+                    self._pending.add(uid)
+                    self._unbound.add(uid)
+                self._count(known, 1)
+                self._changed.add(uid)
+                self._transitions(uid, known, now)
+            seen[uid] = known
+        # a pod is gone only when fewer are seen than were kept plus the new ones (the set difference is the
+        # one O(n) step left, taken only then)
+        gone = kept.keys() - seen.keys() if len(kept) + added != len(seen) else set()
+        self._pods_gone = bool(gone)
+        for uid in gone:
+            self._count(kept[uid], -1)
+            self._pending.discard(uid)
+            self._unbound.discard(uid)
+            self._pod_lines.pop(uid, None)
+        self._pods = seen
+        return seen
+
+    def _transitions(self, uid: str, facts: PodFacts, now: float) -> None:
+        """Karpenter's pod metrics: startup is observed for pods once seen Pending, bound for pods seen unbound."""
+        if facts.phase == "Pending":
+            self._pending.add(uid)
+        elif uid in self._pending and (facts.ready or facts.terminal):
+            self._pending.discard(uid)
+            if facts.ready and facts.created is not None and self._on_started is not None:
+                self._on_started(max(0.0, (facts.ready_since or now) - facts.created))
+        if facts.phase == "Pending" and not facts.scheduled:
+            self._unbound.add(uid)
+        elif uid in self._unbound and facts.scheduled:
+            self._unbound.discard(uid)
+            if facts.created is not None and self._on_bound is not None:
+                self._on_bound(max(0.0, (facts.scheduled_since or now) - facts.created))
+
+    def _prefixes(self, node: NodeFacts, managed: bool) -> dict[tuple[str, str], str]:
+        kept = self._node_prefixes.get(node.name)
+        if kept is None or kept[0] is not node or kept[1] != managed:
+            kept = (node, managed, {})
+            self._node_prefixes[node.name] = kept
+        return kept[2]
+
+    @staticmethod
+    def _prefix(prefixes: dict[tuple[str, str], str], node: NodeFacts, managed: bool, family: Family,
+                resource: str) -> str:
+        """The rendered ``name{labels}`` of one node's series, kept while the node's facts are unchanged."""
+        key = (family.name, resource)
+        found = prefixes.get(key)
+        if found is None:
+            labels = {**node.where, "node_name": node.name, "phase": node.phase, "managed": str(managed).lower()}
+            if resource:
+                labels["resource_type"] = resource_label(resource)
+            found = prefixes[key] = series(family.name, labels)
+        return found
+
+    @staticmethod
+    def _pod_labels(facts: PodFacts, node: NodeFacts | None) -> dict[str, str]:
+        where = node.where if node is not None else {}
+        return {"name": facts.name, "namespace": facts.namespace, "owner": facts.owner, "node": facts.node,
+                "scheduled": str(bool(facts.node)).lower(), "nodepool": where.get("nodepool", ""),
+                "zone": where.get("zone", ""), "arch": where.get("arch", ""),
+                "capacity_type": where.get("capacity_type", ""), "instance_type": where.get("instance_type", ""),
+                "phase": facts.phase, "ready": str(facts.ready).lower(),
+                "managed": str(bool(where.get("nodepool"))).lower()}
+
+    def _pool_families(self, families: dict[str, list[bytes]], claims: list[dict[str, Any]]) -> None:
+        """NodePool usage (``status.resources``, else the sum of its NodeClaims' capacity) and spec limits."""
+        counts: dict[str, int] = {}
+        seen: dict[str, tuple[str, str, Resources]] = {}
+        for claim in claims:
+            meta = claim.get("metadata") or {}
+            name, version = str(meta.get("name") or ""), str(meta.get("resourceVersion") or "")
+            kept = self._claims.get(name)
+            if kept is None or kept[0] != version:
+                kept = (version, str((meta.get("labels") or {}).get(wk.NODEPOOL, "")),
+                        _resources((claim.get("status") or {}).get("capacity")))
+            seen[name] = kept
+        self._claims = seen
+        totals: dict[str, dict[str, int]] = {}
+        for _, owner, capacity in seen.values():
+            into = totals.setdefault(owner, {})
+            for resource, amount in capacity.items():
+                into[resource] = into.get(resource, 0) + amount
+            counts[owner] = counts.get(owner, 0) + 1
+        used = {owner: Resources(values) for owner, values in totals.items()}
+        for pool in sorted(self._cache.items("NodePool"), key=lambda p: str((p.get("metadata") or {}).get("name"))):
+            name = str((pool.get("metadata") or {}).get("name"))
+            status = _resources((pool.get("status") or {}).get("resources"))
+            usage = dict(status.items()) if status else {**used.get(name, Resources()), "nodes": counts.get(name, 0)}
+            for resource, amount in sorted(usage.items()):
+                families[POOL_USAGE.name].append(line(series(POOL_USAGE.name, {
+                    "nodepool": name, "resource_type": resource_label(resource)}), metric_value(resource, amount)))
+            for resource, amount in sorted(_resources((pool.get("spec") or {}).get("limits")).items()):
+                families[POOL_LIMIT.name].append(line(series(POOL_LIMIT.name, {
+                    "nodepool": name, "resource_type": resource_label(resource)}), metric_value(resource, amount)))
+
+    # -- writing ------------------------------------------------------------------------------------------
+    def render(self, names: frozenset[str] | None = None, *, openmetrics: bool = False) -> bytes:
+        """Refresh, then the families (only ``names``, when given) in the text format, or OpenMetrics'."""
+        with self._lock:
+            self._refresh()
+            out = []
+            for family in FAMILIES:
+                if names is not None and family.name not in names:
+                    continue
+                help_text = family.documentation.replace("\\", r"\\").replace("\n", r"\n")
+                if openmetrics:
+                    help_text = help_text.replace('"', r"\"")
+                out.append(f"# HELP {family.name} {help_text}\n# TYPE {family.name} gauge\n".encode())
+                out.extend(self._families[family.name])
+            return b"".join(out)
+
+    def samples(self, name: str) -> Iterator[tuple[dict[str, str], float]]:
+        """The current samples of family ``name`` as (labels, value), parsed back from the kept lines (tests)."""
+        with self._lock:
+            self._refresh()
+            lines = b"".join(self._families.get(name, [])).decode().splitlines(keepends=True)
+        for text in lines:
+            head, _, value = text.rstrip("\n").rpartition(" ")
+            labels: dict[str, str] = {}
+            if "{" in head:
+                for part in _split_labels(head[head.index("{") + 1:-1]):
+                    key, _, quoted = part.partition("=")
+                    labels[key] = quoted[1:-1].replace(r"\"", '"').replace(r"\n", "\n").replace(r"\\", "\\")
+            yield labels, float(value)
+
+
+def _split_labels(text: str) -> Iterator[str]:
+    """``a="x",b="y,z"`` → ``a="x"``, ``b="y,z"`` (commas inside quoted values kept)."""
+    start, quoted, escaped = 0, False, False
+    for i, ch in enumerate(text):
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == '"':
+            quoted = not quoted
+        elif ch == "," and not quoted:
+            yield text[start:i]
+            start = i + 1
+    if text[start:]:
+        yield text[start:]
