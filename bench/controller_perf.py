@@ -10,9 +10,15 @@ provider, ``hack/karpenter-kwok``), on a fresh control plane of its own (``hack/
    pods to delete, leaving holes on most nodes); the controller consolidates until its NodeClaims have not
    changed for ``--settle`` seconds: the end state's $/h and the saving.
 
-Controller CPU seconds and peak resident memory are read from ``/proc`` of the controller process. The lower
-bound of each state (all its pods pending, no nodes) is the solver's certified bound (``plan.cost.lower_bound``),
-computed offline after the live runs so it does not steal CPU from them.
+Controller CPU seconds and peak resident memory are read from ``/proc`` of the controller process. Per-batch
+decisions come from each controller's own log line of a decided batch (``decisions``): nodeplan's "solved batch"
+(wall and CPU seconds from the batch's pods to its plan), Karpenter's "found provisionable pod(s)" (its
+``duration``, the same span; Karpenter logs no CPU per batch). Plan adherence (``adherence``) is measured after
+the scale-out: the share of pods the kube-scheduler bound to the node their controller first planned for them
+(nodeplan: the NodeClaims' ``nodeplan.io/pods`` annotations; Karpenter: the first "Nominated" Event of each pod,
+which Karpenter deduplicates per pod for 2 minutes, so its re-plans cannot be counted) and the pods re-planned.
+The lower bound of each state (all its pods pending, no nodes) is the solver's certified bound
+(``plan.cost.lower_bound``), computed offline after the live runs so it does not steal CPU from them.
 
 Catalogs: ``kwok`` is the KWOK provider's own (Karpenter runs its built-in list; nodeplan its copy of it).
 ``aws-like`` is ``fixtures/catalogs/aws-like.yaml`` restricted to the c/m/r families (the benchmark's
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import subprocess
@@ -46,6 +53,7 @@ from kubernetes import client, dynamic
 
 from bench.workloads import CPU_CHOICES, KWOK_NODECLASS, MEMORY_CHOICES, deployment, pod
 from controller.run import api_client
+from model.durations import parse_duration
 from model.instancetype import InstanceType
 from model.quantity import format_quantity, quantity_int
 from model.snapshot import parse_objects
@@ -68,8 +76,9 @@ NODEPOOL = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"n
                 "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}}}}}
 NODECLASS = KWOK_NODECLASS
 COLUMNS = ("catalog", "controller", "pods", "to all Running s", "NodeClaims", "$/h", "bound $/h", "cpu reserved",
-           "memory reserved", "scale-down pods", "settled s", "NodeClaims after", "$/h after", "saving $/h",
-           "bound after $/h", "controller cpu s", "controller peak MiB")
+           "memory reserved", "batches", "decision median s", "decision p95 s", "decision cpu median s",
+           "bound as planned", "re-planned pods", "scale-down pods", "settled s", "NodeClaims after", "$/h after",
+           "saving $/h", "bound after $/h", "controller cpu s", "controller peak MiB")
 
 
 def _apply(api: client.ApiClient, obj: dict[str, Any]) -> None:
@@ -115,6 +124,117 @@ def _utilisation(core: client.CoreV1Api) -> tuple[float, float]:
                 used[0] += quantity_int("cpu", requests.get("cpu", "0"))
                 used[1] += quantity_int("memory", requests.get("memory", "0"))
     return used[0] / max(alloc[0], 1), used[1] / max(alloc[1], 1)
+
+
+# --- decisions and adherence ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Decision:
+    seconds: float
+    #: None: the controller does not log it (Karpenter)
+    cpu_seconds: float | None = None
+
+
+def decisions(kind: str, log_text: str) -> list[Decision]:
+    """Each provisioning batch the controller decided, from its JSON log lines."""
+    out = []
+    for line in log_text.splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        message = entry.get("message") or entry.get("msg")
+        if kind == "nodeplan" and message == "solved batch" and entry.get("pods"):
+            out.append(Decision(float(entry["seconds"]), float(entry.get("cpu_seconds") or 0.0)))
+        elif kind == "karpenter" and message == "found provisionable pod(s)":
+            seconds = parse_duration(str(entry.get("duration", "")))
+            if seconds is not None:
+                out.append(Decision(seconds))
+    return out
+
+
+def percentile(values: Sequence[float], share: float) -> float:
+    """The nearest-rank percentile (``share`` in 0..1) of a non-empty sequence."""
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, math.ceil(share * len(ordered)) - 1))]
+
+
+@dataclass(frozen=True)
+class Adherence:
+    """How closely the kube-scheduler followed the plans: ``planned`` pods with a recorded plan, ``as_planned`` of
+    them bound to the node first planned for them, ``replanned`` planned more than once (None: not knowable)."""
+
+    planned: int
+    as_planned: int
+    replanned: int | None
+
+    @property
+    def share(self) -> float:
+        return self.as_planned / self.planned if self.planned else 0.0
+
+
+PODS_ANNOTATION, PLACED_ANNOTATION = "nodeplan.io/pods", "nodeplan.io/placed"
+
+
+def nodeplan_adherence(claims: Sequence[dict[str, Any]], pods: Sequence[dict[str, Any]]) -> Adherence:
+    """From nodeplan's own record of its plans: the NodeClaims listing each pod (oldest first) and the node a
+    plan put it on in room left on a running node (``nodeplan.io/placed``)."""
+    plans: dict[str, list[str]] = {}
+    for claim in sorted(claims, key=lambda c: str(c["metadata"].get("creationTimestamp"))):
+        node = (claim.get("status") or {}).get("nodeName") or claim["metadata"]["name"]
+        for uid in json.loads((claim["metadata"].get("annotations") or {}).get(PODS_ANNOTATION) or "[]"):
+            plans.setdefault(str(uid), []).append(str(node))
+    planned = as_planned = replanned = 0
+    for p in pods:
+        meta = p["metadata"]
+        targets = list(plans.get(str(meta.get("uid")), []))
+        placed = (meta.get("annotations") or {}).get(PLACED_ANNOTATION)
+        if placed and placed not in targets:
+            targets.append(placed)
+        if not targets:
+            continue
+        planned += 1
+        as_planned += (p.get("spec") or {}).get("nodeName") == targets[0]
+        replanned += len(targets) > 1
+    return Adherence(planned, as_planned, replanned)
+
+
+def nomination_adherence(events: Sequence[dict[str, Any]], claims: Sequence[dict[str, Any]],
+                         pods: Sequence[dict[str, Any]]) -> Adherence:
+    """From the "Nominated" Events a controller writes for each pod it plans ("Pod should schedule on:
+    nodeclaim/X[, node/Y]", Karpenter's wording, which nodeplan shares): the first one names the planned node."""
+    node_of = {c["metadata"]["name"]: (c.get("status") or {}).get("nodeName") or "" for c in claims}
+    first: dict[str, tuple[str, str]] = {}
+    for event in events:
+        if event.get("reason") != "Nominated":
+            continue
+        uid = str((event.get("involvedObject") or {}).get("uid"))
+        stamp = str(event.get("eventTime") or event.get("firstTimestamp") or "")
+        targets = dict(part.strip().split("/", 1) for part in str(event.get("message", "")).split(":", 1)[-1]
+                       .split(",") if "/" in part)
+        node = targets.get("node") or node_of.get(targets.get("nodeclaim", ""), "")
+        if node and (uid not in first or stamp < first[uid][0]):
+            first[uid] = (stamp, node)
+    planned = as_planned = 0
+    for p in pods:
+        target = first.get(str(p["metadata"].get("uid")))
+        if target is not None:
+            planned += 1
+            as_planned += (p.get("spec") or {}).get("nodeName") == target[1]
+    return Adherence(planned, as_planned, None)
+
+
+def adherence(kind: str, api: client.ApiClient, namespace: str = NAMESPACE) -> Adherence:
+    core = client.CoreV1Api(api)
+    pods = [api.sanitize_for_serialization(p) for p in core.list_namespaced_pod(namespace).items]  # type: ignore[no-untyped-call]
+    claims = _claims(api)
+    if kind == "nodeplan":
+        return nodeplan_adherence(claims, pods)
+    listed = core.list_namespaced_event(namespace, field_selector="reason=Nominated").items
+    events = [api.sanitize_for_serialization(e) for e in listed]  # type: ignore[no-untyped-call]
+    return nomination_adherence(events, claims, pods)
 
 
 # --- catalogs -----------------------------------------------------------------------------------------------
@@ -207,6 +327,8 @@ class Result:
     cpu_s: float = 0.0
     peak_mib: float = 0.0
     bounds: dict[str, float] = field(default_factory=dict)
+    decisions: list[Decision] = field(default_factory=list)
+    adherence: Adherence | None = None
 
 
 @contextmanager
@@ -300,6 +422,9 @@ def run(kind: str, cat: Catalog, deployments: Sequence[dict[str, Any]], *, keep:
             claims = _claims(api)
             result.claims, result.cost = len(claims), _cost(cat, claims)
             result.cpu_reserved, result.memory_reserved = _utilisation(core)
+            result.adherence = adherence(kind, api)
+            log.flush()
+            result.decisions = decisions(kind, Path(f"{tmp}/controller.log").read_text(errors="replace"))
             if keep < 1.0 and result.running_s is not None:
                 _scale_down(api, core, cat, deployments, keep, settle, timeout, result)
             result.cpu_s, result.peak_mib = _proc(controller.pid)
@@ -352,11 +477,28 @@ def _row(r: Result) -> list[str]:
     scaled = r.kept_pods > 0
     return [r.catalog, r.controller, str(r.pods), out, str(r.claims), f"{r.cost:.2f}",
             f"{r.bounds.get('out', 0):.2f}", f"{r.cpu_reserved:.0%}", f"{r.memory_reserved:.0%}",
+            *_decision_cells(r), *_adherence_cells(r),
             str(r.kept_pods) if scaled else "-",
             ("-" if not scaled else "not settled" if r.settled_s is None else f"{r.settled_s:.0f}"),
             str(r.claims_after) if scaled else "-", f"{r.cost_after:.2f}" if scaled else "-",
             f"{r.cost - r.cost_after:.2f}" if scaled else "-",
             f"{r.bounds.get('after', 0):.2f}" if scaled else "-", f"{r.cpu_s:.1f}", f"{r.peak_mib:.0f}"]
+
+
+def _decision_cells(r: Result) -> list[str]:
+    if not r.decisions:
+        return ["0", "-", "-", "-"]
+    seconds = [d.seconds for d in r.decisions]
+    cpu = [d.cpu_seconds for d in r.decisions if d.cpu_seconds is not None]
+    return [str(len(seconds)), f"{percentile(seconds, 0.5):.3f}", f"{percentile(seconds, 0.95):.3f}",
+            f"{percentile(cpu, 0.5):.3f}" if cpu else "-"]
+
+
+def _adherence_cells(r: Result) -> list[str]:
+    a = r.adherence
+    if a is None or not a.planned:
+        return ["-", "-"]
+    return [f"{a.share:.1%} of {a.planned}", "-" if a.replanned is None else str(a.replanned)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,6 @@ that registers with the claim's ``providerID`` is then linked to it (Karpenter m
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -24,15 +23,17 @@ from kubernetes import client
 from controller.cache import ClusterCache
 from controller.conditions import conditions_of, is_true, with_condition
 from controller.drain import Drainer
+from controller.logs import claim_fields, get_logger
+from controller.metrics import Metrics
 from controller.offerings import UnavailableOfferings
-from controller.provisioner import PODS_ANNOTATION
+from controller.provisioner import PODS_ANNOTATION, may_nominate, nominate, planned_nodes
 from controller.termination import Terminator, claim_node_name
 from model import labels as wk
 from model.nodepool import NodeClaim
 from providers.fallbacks import planned_offering
 from providers.protocol import CloudProvider, InsufficientCapacityError, NodeClassNotReadyError
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 GROUP, VERSION, PLURAL = "karpenter.sh", "v1", "nodeclaims"
 
@@ -50,23 +51,24 @@ def _node_ready(node: Mapping[str, Any]) -> bool:
 class Lifecycle:
     def __init__(self, api: client.ApiClient, cache: ClusterCache, launcher: CloudProvider, *, nominate: bool = True,
                  bind_grace: float = 15.0, unavailable: UnavailableOfferings | None = None,
-                 drainer: Drainer | None = None) -> None:
+                 drainer: Drainer | None = None, metrics: Metrics | None = None) -> None:
         self.nominate = nominate
         self.bind_grace = bind_grace
         self.unavailable = unavailable or UnavailableOfferings()
         self._unbound: dict[str, dict[str, Any]] = {}
+        self._planned: dict[str, set[str]] = {}
         self._registration_ready = True
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
         self._cache = cache
         self._launcher = launcher
-        self.terminator = Terminator(api, cache, launcher, drainer)
+        self._metrics = metrics
+        self.terminator = Terminator(api, cache, launcher, drainer, metrics=metrics)
 
     def reconcile_all(self) -> int:
         """One pass over every NodeClaim; returns how many writes it made."""
         nodes = {str((n.get("metadata") or {}).get("name")): n for n in self._cache.items("Node")}
-        self._unbound = {(p.get("metadata") or {}).get("uid", ""): p for p in self._cache.items("Pod")
-                         if not (p.get("spec") or {}).get("nodeName")}
+        self._refresh()
         writes = 0
         every = self._cache.items("NodeClaim")
         claims = [c for c in every if not (c.get("metadata") or {}).get("deletionTimestamp")]
@@ -93,6 +95,17 @@ class Lifecycle:
                 writes += self._guarded(raw, lambda c: self.reconcile(c, nodes))
         return writes
 
+    def _refresh(self) -> None:
+        """What this pass's nominations read: the unbound pods, and where nodeplan planned each of them."""
+        self._unbound = {(p.get("metadata") or {}).get("uid", ""): p for p in self._cache.items("Pod")
+                         if not (p.get("spec") or {}).get("nodeName")}
+        self._planned = planned_nodes(self._cache.items("NodeClaim"))
+
+    def unfinished(self) -> int:
+        """NodeClaims still moving: not yet initialized, or terminating (the lifecycle's queue depth)."""
+        return sum(1 for c in self._cache.items("NodeClaim")
+                   if (c.get("metadata") or {}).get("deletionTimestamp") or not _true(c, "Initialized"))
+
     def _link_by_provider_id(self, claims: list[dict[str, Any]], nodes: Mapping[str, dict[str, Any]]) -> int:
         """Record ``status.nodeName`` for launched claims whose Node joined under a name the provider could not
         know (the Node with the claim's providerID)."""
@@ -110,7 +123,7 @@ class Lifecycle:
 
     def _link(self, raw: dict[str, Any], node_name: str) -> int:
         self._set_status(raw, {"nodeName": node_name})
-        log.info("NodeClaim %s: node %s joined with its providerID", raw["metadata"]["name"], node_name)
+        log.info("node joined with the claim's providerID", **claim_fields(raw), node=node_name)
         return 1
 
     def _may_register(self, claims: list[dict[str, Any]], launched: list[dict[str, Any]],
@@ -146,7 +159,7 @@ class Lifecycle:
         try:
             return step(raw)
         except client.ApiException as err:
-            log.warning("NodeClaim %s: HTTP %s %s", (raw.get("metadata") or {}).get("name"), err.status, err.reason)
+            log.warning(f"API error: HTTP {err.status} {err.reason}", **claim_fields(raw))
             return 0
 
     def reconcile(self, raw: dict[str, Any], nodes: Mapping[str, dict[str, Any]]) -> int:
@@ -168,7 +181,7 @@ class Lifecycle:
         if not _true(raw, "Initialized") and _node_ready(node) and not self._startup_taints_left(raw, node):
             self._patch_node_labels(node, {wk.INITIALIZED: "true"})
             self._set_status(raw, {"conditions": _with_initialized(raw)})
-            log.info("NodeClaim %s initialized", name)
+            log.info("initialized nodeclaim", **claim_fields(raw), node=node["metadata"]["name"])
             return 1
         return 0
 
@@ -183,7 +196,7 @@ class Lifecycle:
                 self.unavailable.mark(*offering)
             self._set_status(raw, {"conditions": _with_condition(raw, "Launched", "False",
                                                                   "InsufficientCapacity", str(err))})
-            log.warning("NodeClaim %s launch failed: %s", claim.name, err)
+            log.warning(f"launch failed: {err}", **claim_fields(raw))
             return 1
         except NodeClassNotReadyError as err:
             # not a verdict on the claim: retried each pass until its node class resolves
@@ -191,7 +204,7 @@ class Lifecycle:
                 return 0
             self._set_status(raw, {"conditions": _with_condition(raw, "Launched", "Unknown", "NodeClassNotReady",
                                                                   str(err))})
-            log.warning("NodeClaim %s waits for its node class: %s", claim.name, err)
+            log.warning(f"waiting for the node class: {err}", **claim_fields(raw))
             return 1
         for offering in launched.refused:
             self.unavailable.mark(*offering)
@@ -211,34 +224,33 @@ class Lifecycle:
             "allocatable": status.allocatable.to_quantities(),
             "conditions": _with_condition(raw, "Launched", "True", "Launched"),
         })
-        log.info("NodeClaim %s launched as %s", claim.name, status.node_name or status.provider_id)
+        log.info("launched nodeclaim", **claim_fields(raw), node=status.node_name or "",
+                 provider_id=status.provider_id, instance_type=result.metadata.labels.get(wk.INSTANCE_TYPE, ""))
         return 1
 
     def _nominate(self, raw: Mapping[str, Any], node: str) -> None:
         """Set ``status.nominatedNodeName`` of the claim's still-pending pods to its node: the scheduler tries a
-        pod's nominated node first and keeps room for nominated pods when placing others, so pods land where
-        the plan packed them. Only once the Node exists: the scheduler clears a nomination it cannot use."""
+        pod's nominated node first and keeps room for nominated pods when placing others of equal or lower
+        priority, so pods land where the plan packed them. Only once the Node exists and is Ready: kube-scheduler
+        1.36.3 still clears a nomination in a failed cycle where preemption finds no candidate (KEP-5278's "the
+        scheduler never clears it" is not in that release), e.g. one tried while the node is still tainted.
+        As KEP-5278 asks of external components, a nomination is set only where none is, or where nodeplan put
+        it (``controller.provisioner.may_nominate``), by server-side apply of that one field (``nominate``)."""
         try:
             uids = set(json.loads(((raw.get("metadata") or {}).get("annotations") or {}).get(PODS_ANNOTATION) or "[]"))
         except json.JSONDecodeError:
             return
-        candidates = (self._unbound.get(uid) for uid in uids)
-        pods = [p for p in candidates if p is not None and (p.get("status") or {}).get("nominatedNodeName") != node]
+        candidates = ((uid, self._unbound.get(uid)) for uid in uids)
+        pods = [(uid, p) for uid, p in candidates
+                if p is not None and may_nominate(p, node, self._planned.get(uid, ()))]
 
-        def nominate(pod: Mapping[str, Any]) -> None:
-            meta = pod.get("metadata") or {}
-            try:
-                self._core.patch_namespaced_pod_status(str(meta.get("name")), str(meta.get("namespace")),
-                                                       {"status": {"nominatedNodeName": node}})
-            except client.ApiException as err:
-                if err.status not in (404, 409, 422):  # gone, or bound meanwhile
-                    log.warning("could not nominate pod %s/%s to %s: HTTP %s", meta.get("namespace"),
-                                meta.get("name"), node, err.status)
+        def write(item: tuple[str, Mapping[str, Any]]) -> bool:
+            return nominate(self._core, item[1], node, self._planned.get(item[0], ()))
 
         if pods:
             with ThreadPoolExecutor(max_workers=8) as pool:
-                list(pool.map(nominate, pods))
-            log.info("nominated %d pending pod(s) to node %s", len(pods), node)
+                done = sum(pool.map(write, pods))
+            log.info(f"nominated {done} of {len(pods)} pending pod(s)", **claim_fields(raw), node=node)
 
     def _reserving(self, raw: Mapping[str, Any]) -> bool:
         """Registered, and not initialized longer than ``bind_grace`` ago: its pods are still expected."""
@@ -255,7 +267,9 @@ class Lifecycle:
         patch += [{"op": "add", "path": f"/metadata/labels/{_escape(k)}", "value": v} for k, v in labels.items()]
         self._core.patch_node(node["metadata"]["name"], patch)
         self._set_status(raw, {"conditions": _with_condition(raw, "Registered", "True", "Registered")})
-        log.info("NodeClaim %s registered", (raw.get("metadata") or {}).get("name"))
+        if self._metrics is not None:
+            self._metrics.node_registered(raw)
+        log.info("registered nodeclaim", **claim_fields(raw), node=node["metadata"]["name"])
         return 1
 
     def _startup_taints_left(self, raw: Mapping[str, Any], node: Mapping[str, Any]) -> bool:

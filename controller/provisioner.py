@@ -7,7 +7,9 @@ object or not, so the solver sees the claim as capacity (``model.inflight``) wit
 later plan puts into the room left on an in-flight claim are added to its annotation, and covered the same way.
 A restarted controller reads the same annotations back from the API server, so it never launches twice for the
 same pods.
-NodeClaim names are derived from the plan (pool, offering, pod UIDs), so a retried create is a no-op.
+NodeClaim names are derived from the plan (pool, offering, pod UIDs), so a retried create is a no-op; a name
+taken by a claim that no longer holds room for those pods (``holds``) moves the decision to its next generation,
+so a pod the scheduler did not put on its planned node always gets capacity again.
 
 A NodeClaim's requirements allow the planned instance type and up to ``MAX_FALLBACKS`` others (``fallback_types``)
 in the same zone and capacity type, so a launch the cloud refuses for capacity falls back within the same call
@@ -21,9 +23,8 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
@@ -33,19 +34,20 @@ from kubernetes import client
 from controller.batch import is_bound, is_provisionable, is_terminal, pod_key
 from controller.cache import ClusterCache
 from controller.kinds import PASSED_THROUGH
+from controller.logs import get_logger
 from controller.offerings import UnavailableOfferings
 from model import labels as wk
 from model.errors import InputError
 from model.instancetype import InstanceType
 from model.nodepool import NodeClaim, NodePool
-from model.plan import PlannedNodeClaim, ProvisioningPlan
+from model.plan import PlannedNodeClaim, ProvisioningPlan, UnschedulablePod
 from model.pod import Pod
 from model.resources import Resources
 from model.snapshot import parse_objects
 from solver.provision import SolveOptions, solve
 from solver.rules.preferences import PreferencePolicy
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 PODS_ANNOTATION = "nodeplan.io/pods"
 PRICE_ANNOTATION = "nodeplan.io/price"
@@ -56,11 +58,20 @@ GROUP, VERSION = "karpenter.sh", "v1"
 TERMINATION_FINALIZER = "karpenter.sh/termination"
 
 
-def claim_name(nodepool: str, planned: PlannedNodeClaim, pod_uids: Iterable[str]) -> str:
-    """A name that is a function of the decision: same pool, offering and pods ⇒ same NodeClaim."""
-    digest = hashlib.sha256(json.dumps(
-        [nodepool, planned.instance_type, planned.zone, planned.capacity_type, sorted(pod_uids)]).encode())
+def claim_name(nodepool: str, planned: PlannedNodeClaim, pod_uids: Iterable[str], generation: int = 0) -> str:
+    """A name that is a function of the decision: same pool, offering and pods ⇒ same NodeClaim, so a retried
+    create is a no-op. ``generation`` > 0 names the same decision taken again after the claim of an earlier
+    generation stopped holding room for these pods (``holds``); generation 0 is the name it always had."""
+    decision: list[Any] = [nodepool, planned.instance_type, planned.zone, planned.capacity_type, sorted(pod_uids)]
+    if generation:
+        decision.append(generation)
+    digest = hashlib.sha256(json.dumps(decision).encode())
     return f"{nodepool[:50]}-{digest.hexdigest()[:10]}"
+
+
+#: generations tried for one decision before the create gives up (each one is a claim that exists, holds
+#: nothing for these pods and has not been deleted yet: a handful at most)
+MAX_GENERATIONS = 64
 
 
 def _condition_time(claim: Mapping[str, Any], kind: str) -> float | None:
@@ -88,6 +99,12 @@ def reserving(claim: Mapping[str, Any], now: float, bind_grace: float) -> bool:
     return initialized is None or now - initialized <= bind_grace
 
 
+def holds(claim: Mapping[str, Any], pod_uids: Iterable[str], now: float, bind_grace: float) -> bool:
+    """Does the existing ``claim`` still hold room for every one of ``pod_uids``? Only then is a create of its
+    name (409) the same decision already carried out; otherwise the pods need a claim of the next generation."""
+    return reserving(claim, now, bind_grace) and set(pod_uids) <= set(planned_pod_uids(claim))
+
+
 def planned_pod_uids(claim: Mapping[str, Any]) -> list[str]:
     try:
         uids = json.loads(((claim.get("metadata") or {}).get("annotations") or {}).get(PODS_ANNOTATION) or "[]")
@@ -109,6 +126,54 @@ def covered_pods(claims: Iterable[Mapping[str, Any]], now: float, bind_grace: fl
 def claim_node_name(claim: Mapping[str, Any]) -> str:
     """The name the claim's Node has (or will have)."""
     return str((claim.get("status") or {}).get("nodeName") or (claim.get("metadata") or {}).get("name"))
+
+
+def planned_nodes(claims: Iterable[Mapping[str, Any]]) -> dict[str, set[str]]:
+    """Pod UID → the nodes of every NodeClaim that lists it: where nodeplan may have nominated it."""
+    out: dict[str, set[str]] = {}
+    for claim in claims:
+        node = claim_node_name(claim)
+        for uid in planned_pod_uids(claim):
+            out.setdefault(uid, set()).add(node)
+    return out
+
+
+def may_nominate(pod: Mapping[str, Any], node: str, ours: Iterable[str]) -> bool:
+    """KEP-5278's rule for a component other than the scheduler: set ``status.nominatedNodeName`` while it is
+    unset, and overwrite only a nomination it set itself (``ours``: the nodes nodeplan planned the pod onto).
+    A nomination the scheduler made (preemption, a binding cycle with PreBind work) is left alone."""
+    current = str((pod.get("status") or {}).get("nominatedNodeName") or "")
+    if current == node:
+        return False
+    return not current or current in set(ours) or current == \
+        ((pod.get("metadata") or {}).get("annotations") or {}).get(PLACED_ANNOTATION)
+
+
+#: the field manager of nodeplan's nominations (server-side apply): the API server tells its writes of
+#: ``status.nominatedNodeName`` apart from the kube-scheduler's
+NOMINATION_MANAGER = "nodeplan-nomination"
+
+
+def nominate(core: client.CoreV1Api, pod: Mapping[str, Any], node: str, ours: Iterable[str]) -> bool:
+    """Nominate ``pod`` to ``node`` if ``may_nominate`` allows it, by server-side apply of that one field, as
+    KEP-5278 asks of external components: a nomination nodeplan applied earlier is nodeplan's to move, while one
+    the kube-scheduler wrote since (preemption, a binding cycle) is a field another manager owns, so the apply is
+    refused (409) and the scheduler's value stays; other status changes (its conditions) do not conflict.
+    Returns whether the nomination was written."""
+    meta = pod.get("metadata") or {}
+    name, namespace = str(meta.get("name")), str(meta.get("namespace"))
+    if (pod.get("spec") or {}).get("nodeName") or not may_nominate(pod, node, ours):
+        return False
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+            "status": {"nominatedNodeName": node}}
+    try:
+        core.patch_namespaced_pod_status(name, namespace, body, field_manager=NOMINATION_MANAGER,
+                                         _content_type="application/apply-patch+yaml")
+        return True
+    except client.ApiException as err:
+        if err.status not in (404, 409, 422):  # gone, nominated by the scheduler meanwhile, or bound
+            log.warning(f"could not nominate the pod: HTTP {err.status}", pod=f"{namespace}/{name}", node=node)
+        return False
 
 
 #: how many other instance types a NodeClaim may fall back to (Karpenter sends at most 60 to CreateFleet)
@@ -203,6 +268,8 @@ class BatchRecord:
     #: in-flight NodeClaim name → pods of this batch the plan put on it
     joined: dict[str, list[str]] = field(default_factory=dict)
     solve_seconds: float = 0.0
+    #: CPU seconds of the controller process while the batch was decided (the solver's worker threads included)
+    cpu_seconds: float = 0.0
 
 
 @dataclass
@@ -215,6 +282,27 @@ class ProvisionerOptions:
     #: how preferred node affinity weighs against cost (``nodeplan run --preference-policy``)
     preference_policy: PreferencePolicy = PreferencePolicy.RESPECT
     preference_price: float = 0.0
+    #: a batch is decided once its plan is certified within this relative gap of the lower bound, not at the
+    #: time limit (``nodeplan run --decision-gap``; ``SolveOptions.gap``)
+    decision_gap: float = 0.01
+    #: Dynamic Resource Allocation (``nodeplan run --dra/--no-dra``): off, pods with resource claims are left
+    #: to other provisioners (Karpenter's ``--ignore-dra-requests``) and the DRA kinds are not read
+    dra: bool = True
+
+
+#: why a pod with claims is not provisioned for while DRA is off (the FailedScheduling Event's text)
+DRA_DISABLED = ("DRA is disabled (nodeplan run --no-dra): pods with resource claims are left to other "
+                "provisioners")
+
+
+def has_dra_requirements(pod: Mapping[str, Any]) -> bool:
+    """Does the pod use DRA: pod-level ``resourceClaims`` or a container's ``resources.claims`` (Karpenter's
+    ``HasDRARequirements``)."""
+    spec = pod.get("spec") or {}
+    if spec.get("resourceClaims"):
+        return True
+    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    return any((c.get("resources") or {}).get("claims") for c in containers)
 
 
 class Provisioner:
@@ -233,6 +321,11 @@ class Provisioner:
         self._options = options
         self._clock = clock
         self.history: list[BatchRecord] = []
+        self._warned_dra = False
+
+    def use_catalog(self, catalog: Sequence[InstanceType]) -> None:
+        """Plan the next batches with these instance types and prices (the periodic catalog refresh)."""
+        self._catalog = tuple(catalog)
 
     # -- what the next batch sees ---------------------------------------------------------------------
     def pending(self) -> dict[str, dict[str, Any]]:
@@ -249,7 +342,7 @@ class Provisioner:
             try:
                 parse_objects([raw], source="cluster")
             except InputError as err:
-                log.warning("ignoring invalid NodePool: %s", err)
+                log.warning(f"ignoring invalid NodePool: {err}")
                 continue
             out.append(raw)
         return out
@@ -286,22 +379,33 @@ class Provisioner:
         """Solve one batch and name its NodeClaims; writes nothing (shadow mode stops here). Returns the record
         and the NodeClaim bodies ``provision`` would create. ``objects``: the snapshot objects to solve
         (default ``snapshot_objects(batch)``)."""
-        started = time.monotonic()
+        started, cpu_started = time.monotonic(), time.process_time()
         catalog = self.unavailable.apply(self._catalog)
+        ignored = [] if self._options.dra else sorted(k for k, p in batch.items() if has_dra_requirements(p))
+        if ignored:
+            self._warn_dra(ignored)
+            batch = {k: p for k, p in batch.items() if k not in ignored}
+            if objects is not None:
+                objects = [o for o in objects if o.get("kind") != "Pod" or pod_key(o) not in ignored]
         objects = self.snapshot_objects(batch) if objects is None else objects
-        snapshot = parse_objects(objects, source="cluster").with_catalog(catalog)
+        snapshot = self._cache.snapshot(objects).with_catalog(catalog)
         result = solve(snapshot, SolveOptions(time_limit=self._options.solve_time_limit, seed=self._options.seed,
                                               workers=self._options.workers,
                                               preference_policy=self._options.preference_policy,
-                                              preference_price=self._options.preference_price))
+                                              preference_price=self._options.preference_price,
+                                              gap=self._options.decision_gap))
         plan = result.plan
-        record = BatchRecord(started=started, pods=len(batch), plan=plan,
-                             solve_seconds=time.monotonic() - started)
-        log.info("solved batch of %d pods: %d NodeClaims, cost %.4f (greedy %s, bound %.4f), %s in %.1fs",
-                 len(batch), len(plan.node_claims), plan.cost.total, plan.cost.greedy, plan.cost.lower_bound,
-                 plan.solver.status, record.solve_seconds)
+        if ignored:  # every pending pod accounted for: these with the reason their Event gives
+            plan = plan.model_copy(update={"unschedulable": [
+                *plan.unschedulable, *(UnschedulablePod(pod=k, reason=DRA_DISABLED) for k in ignored)]})
+        record = BatchRecord(started=started, pods=len(batch) + len(ignored), plan=plan,
+                             solve_seconds=time.monotonic() - started,
+                             cpu_seconds=time.process_time() - cpu_started)
+        log.info("solved batch", pods=len(batch), nodeclaims=len(plan.node_claims), cost=plan.cost.total,
+                 greedy=plan.cost.greedy, lower_bound=plan.cost.lower_bound, status=plan.solver.status,
+                 seconds=round(record.solve_seconds, 3), cpu_seconds=round(record.cpu_seconds, 3))
         for item in plan.unschedulable:
-            log.info("pod %s cannot be scheduled: %s", item.pod, item.reason)
+            log.info(f"pod cannot be scheduled: {item.reason}", pod=item.pod)
         uid_of = {k: (p.get("metadata") or {}).get("uid", "") for k, p in batch.items()}
         pools = {np.name: np for np in snapshot.nodepools}
         pods = {p.key: p for p in snapshot.pods}
@@ -309,12 +413,19 @@ class Provisioner:
         for planned in plan.node_claims:
             uids = [uid_of[k] for k in planned.pods if k in uid_of]
             if uids:
-                name = claim_name(planned.node_pool, planned, uids)
+                name = next(self._names(planned, uids))
                 record.claims[name] = planned
                 fallbacks = fallback_types(planned, pools[planned.node_pool], catalog,
                                            (pods[k] for k in planned.pods if k in pods))
                 bodies.append(nodeclaim_body(planned, pools[planned.node_pool], name, uids, fallbacks))
         return record, bodies
+
+    def _warn_dra(self, keys: Sequence[str]) -> None:
+        if not self._warned_dra:
+            self._warned_dra = True
+            log.warning(f"DRA is disabled: {len(keys)} pod(s) with resource claims left to other provisioners "
+                        f"({', '.join(keys[:3])}{' ...' if len(keys) > 3 else ''}); this is said once",
+                        pod=keys[0] if keys else "")
 
     def provision(self, batch: Mapping[str, dict[str, Any]]) -> BatchRecord:
         """Plan one batch, then create its NodeClaims, join pods to in-flight ones and mark placed pods."""
@@ -322,30 +433,42 @@ class Provisioner:
         plan = record.plan
         uid_of = {k: (p.get("metadata") or {}).get("uid", "") for k, p in batch.items()}
         for body in bodies:
-            created = self._create(body)
+            planned_name = body["metadata"]["name"]
+            planned = record.claims[planned_name]
+            name, created = self._create(body, planned, planned_pod_uids(body))
+            if name != planned_name:
+                record.claims[name] = record.claims.pop(planned_name)
             if created is not None:
                 self._cache.upsert("NodeClaim", created)
-                record.created.append(body["metadata"]["name"])
+                record.created.append(name)
         self._join_inflight(plan, uid_of, record)
         self._mark_placed(plan, batch, set(record.joined))
         self.history.append(record)
         return record
 
     def _mark_placed(self, plan: ProvisioningPlan, batch: Mapping[str, dict[str, Any]], joined: set[str]) -> None:
-        """Annotate pods the plan put into room left on a running node with that node (``nodeplan.io/placed``).
-        It records the decision; it does not make the scheduler retry: kube-scheduler 1.36's queueing hints
-        requeue a pod NodeResourcesFit rejected only on a node added or resized or an assigned pod deleted, so
-        room freed by another pod's nomination moving elsewhere waits for such an event or the scheduler's
-        5-minute unschedulable flush (a known gap, see deploy/README.md)."""
+        """Nominate pods the plan put into room left on a running node to that node and annotate them with it
+        (``nodeplan.io/placed``). The annotation records the decision; neither makes the scheduler retry:
+        kube-scheduler 1.36's queueing hints requeue a pod NodeResourcesFit rejected only on a node added or
+        resized or an assigned pod deleted (a status-only nomination is no pod update to it), so room freed by
+        another pod's nomination moving elsewhere waits for such an event or the scheduler's 5-minute
+        unschedulable flush (a known gap, see deploy/README.md)."""
         unregistered = {claim_node_name(c) for c in self._cache.items("NodeClaim")
                         if str((c.get("metadata") or {}).get("name")) in joined and _condition_time(c, "Registered")
                         is None}
+        ours = planned_nodes(self._cache.items("NodeClaim"))
         for assignment in plan.existing_nodes:
             if assignment.name in unregistered:
                 continue  # its node's untainting makes the scheduler retry them (nominated to it by the lifecycle)
             for key in assignment.pods:
-                meta = (batch.get(key) or {}).get("metadata") or {}
-                if not meta or (meta.get("annotations") or {}).get(PLACED_ANNOTATION) == assignment.name:
+                pod = batch.get(key) or {}
+                meta = pod.get("metadata") or {}
+                if not meta:
+                    continue
+                # the node exists: the placement is a nomination (KEP-5278), so the scheduler tries this node
+                # first and keeps the room against pods of equal or lower priority
+                nominate(self._core, pod, assignment.name, ours.get(str(meta.get("uid")), set()))
+                if (meta.get("annotations") or {}).get(PLACED_ANNOTATION) == assignment.name:
                     continue
                 try:
                     self._core.patch_namespaced_pod(str(meta.get("name")), str(meta.get("namespace")),
@@ -376,20 +499,60 @@ class Provisioner:
                 continue  # deleted meanwhile: its pods stay pending and the next batch plans them again
             self._cache.upsert("NodeClaim", cast(dict[str, Any], updated))
             record.joined[name] = list(assignment.pods)
-            log.info("%d pod(s) join in-flight NodeClaim %s", len(uids), name)
+            log.info(f"{len(uids)} pod(s) join the in-flight nodeclaim", nodeclaim=name,
+                     nodepool=((claim.get("metadata") or {}).get("labels") or {}).get(wk.NODEPOOL, ""))
 
-    def _create(self, body: dict[str, Any]) -> dict[str, Any] | None:
+    def _names(self, planned: PlannedNodeClaim, uids: Sequence[str]) -> Iterator[str]:
+        """The names this decision may take, in order: generation 0 first, skipping every name the cache shows
+        taken by a claim that does not hold these pods (one initialized past the bind grace whose room the
+        scheduler gave away, a failed launch, one being deleted). Without the skip, a pod stranded that way was
+        planned onto the same offering again, its create hit the old claim (409, taken for success), and it was
+        re-solved every batch without ever getting a node."""
+        claims = {str((c.get("metadata") or {}).get("name")): c for c in self._cache.items("NodeClaim")}
+        now = self._clock()
+        for generation in range(MAX_GENERATIONS):
+            name = claim_name(planned.node_pool, planned, uids, generation)
+            claim = claims.get(name)
+            if claim is None or holds(claim, uids, now, self._options.bind_grace):
+                yield name
+
+    def _create(self, body: dict[str, Any], planned: PlannedNodeClaim, uids: Sequence[str]
+                ) -> tuple[str, dict[str, Any] | None]:
+        """Create the claim under the first name free for it: (name, the created object), or (name, None) when a
+        claim of that name already holds these pods (a retried create: nothing to launch). A 409 on a name the
+        cache did not know is read back, so a claim that holds nothing for these pods is never taken for
+        success."""
+        for name in self._names(planned, uids):
+            body = {**body, "metadata": {**body["metadata"], "name": name}}
+            try:
+                created = cast(dict[str, Any], self._custom.create_cluster_custom_object(
+                    GROUP, VERSION, "nodeclaims", body))
+            except client.ApiException as err:
+                if err.status != 409:
+                    raise
+                existing = self._read_claim(name)
+                if existing is not None:
+                    self._cache.upsert("NodeClaim", existing)
+                    if holds(existing, uids, self._clock(), self._options.bind_grace):
+                        log.info("nodeclaim already exists and holds its pods", nodeclaim=name,
+                                 nodepool=planned.node_pool)
+                        return name, None
+                log.info("nodeclaim exists but holds nothing for these pods: next generation", nodeclaim=name,
+                         nodepool=planned.node_pool)
+                continue
+            log.info("created nodeclaim", nodeclaim=name, nodepool=planned.node_pool,
+                     instance_type=body["metadata"]["labels"].get(wk.INSTANCE_TYPE))
+            return name, created
+        raise RuntimeError(f"no free NodeClaim name for {planned.node_pool}/{planned.instance_type} after "
+                           f"{MAX_GENERATIONS} generations")
+
+    def _read_claim(self, name: str) -> dict[str, Any] | None:
         try:
-            created = cast(dict[str, Any], self._custom.create_cluster_custom_object(GROUP, VERSION, "nodeclaims",
-                                                                                     body))
+            return cast(dict[str, Any], self._custom.get_cluster_custom_object(GROUP, VERSION, "nodeclaims", name))
         except client.ApiException as err:
-            if err.status == 409:
-                log.info("NodeClaim %s already exists", body["metadata"]["name"])
-                return None
+            if err.status == 404:
+                return None  # deleted since the 409
             raise
-        log.info("created NodeClaim %s (%s)", body["metadata"]["name"],
-                 body["metadata"]["labels"].get(wk.INSTANCE_TYPE))
-        return created
 
 
 def parse_claim(raw: Mapping[str, Any]) -> NodeClaim:

@@ -17,6 +17,7 @@ The best plan found (lexicographically: pods scheduled, NodePool weight honoured
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator
@@ -74,6 +75,8 @@ LNS_SHARE = 0.2
 #: the bound over exact families only (conservative models) recompiles the batch: about this share of
 #: the first compile, held back from the deadline (measured 0.5 at 5,000 diverse pods)
 RELAXED_BOUND_SHARE = 0.6
+#: column generation's own relative convergence tolerance (``colgen.column_generation``'s default)
+COLGEN_TOLERANCE = 1e-4
 
 
 
@@ -84,7 +87,8 @@ class SolveOptions:
     workers: int = 2
     #: share of the time left after greedy that column generation may use
     colgen_share: float = 0.5
-    #: stop the integer search once the plan is within this relative gap of the lower bound
+    #: the decision gap: once the best plan is certified within this relative gap of the lower bound, the
+    #: remaining stages are skipped (a small batch is decided in milliseconds, not at the time limit)
     gap: float = 0.0
     deterministic: bool = True
     #: largest compact model (node slots) the optimality proof may build
@@ -252,6 +256,8 @@ class _Run:
     proven: bool = False
     #: the best plan before the master (its hint)
     warm: Placement | None = None
+    #: the stage whose plan was certified within the decision gap (None: not yet)
+    decided_after: str | None = None
 
     @property
     def placement(self) -> Placement:
@@ -270,6 +276,41 @@ class _Run:
 
     def time_left(self) -> float:
         return self.deadline - time.monotonic()
+
+    def decided(self) -> bool:
+        """Is the best plan certified within ``options.gap`` of the bound (or proven optimal)? Then no later
+        stage can change the decision by more than the gap the caller accepts, and they are skipped. Only for
+        a pure-cost objective with every placeable pod scheduled: otherwise the bound is no bound on the plan.
+        The decision is noted once, with the stage its plan comes from."""
+        if self.decided_after is not None:
+            return True
+        if not (self.pure_cost and self.all_placeable_scheduled):
+            return False
+        cost = self.placement.cost_micros(self.problem)
+        if not (self.proven or cost <= self.bound * (1 + self.options.gap) + 0.5):
+            return False
+        self.decided_after = self.source
+        if not self.proven and cost > self.bound + 0.5:
+            self.stats.notes.append(f"decided: the {self.source} plan is within the {self.options.gap:.2%} "
+                                    "decision gap")
+        return True
+
+    def cheap_decision(self) -> bool:
+        """Before column generation: the resource-share bound (about a millisecond) may already certify the
+        plan within the gap, e.g. every pod placed in room left on existing nodes (cost 0) or a batch whose
+        plan fills its nodes; column generation, the dive, the proof and the master are then skipped."""
+        if not (self.pure_cost and self.all_placeable_scheduled):
+            return False
+        if self.placement.cost_micros(self.problem) > 0.5:
+            with self.stats.stage("bound"):
+                share = share_bound(self.bins, self.problem.sizes, self.demand)
+            if share <= self.bound:
+                return False
+            self.bound = share
+        if not self.decided():
+            return False
+        self.stats.bound_method = "resource-share dual bound"
+        return True
 
     def progress(self, stage: str) -> None:
         _report(self.options, stage, self.problem, self.placement, self.bound)
@@ -319,7 +360,7 @@ class _Run:
         what a stage cut short by the time limit hands over to."""
         meets_bound = self.pure_cost and self.all_placeable_scheduled \
             and self.placement.cost_micros(self.problem) <= self.bound + 0.5
-        if self.proven or meets_bound or self.time_left() <= 0.3:
+        if self.proven or meets_bound or self.decided() or self.time_left() <= 0.3:
             return
         with self.stats.stage("lns"):
             incumbent = _patterns_of(self.problem, self.bins, self.placement)
@@ -344,9 +385,11 @@ class _Run:
         assert self.objective is not None
         with self.stats.stage("colgen"):
             now = time.monotonic()
+            # the LP need not be solved closer than a quarter of the decision gap for the decision to hold
             self.cg = column_generation(self.bins, self.problem.sizes, self.demand, self.objective, self.limits,
                                         list(self.greedy_patterns), now + (self.deadline - now)
-                                        * self.options.colgen_share, workers=self.options.workers)
+                                        * self.options.colgen_share, workers=self.options.workers,
+                                        tolerance=max(COLGEN_TOLERANCE, self.options.gap / 4))
         self.stats.patterns = len(self.cg.patterns)
         self.bound = self.cg.lower_bound if np.isfinite(self.cg.lower_bound) else 0.0
         if not self.cg.converged and self.pure_cost:
@@ -365,24 +408,35 @@ class _Run:
         self.progress("dive")
 
     def proof(self) -> None:
-        """Small batches: prove the plan optimal over reduced-cost-filtered slots, or beat it."""
+        """Small batches: prove the plan optimal over reduced-cost-filtered slots, or beat it.
+
+        With a decision gap the proof asks less: that no plan costs below ``target`` = cost / (1 + gap). Its
+        reduced-cost budget (target − LP) is smaller, so it has fewer slots and closes sooner; "none below the
+        target" certifies ``target`` as a lower bound (the plan is then within the gap), and a plan found below
+        it and proven best there is optimal outright."""
         assert self.cg is not None and self.objective is not None
         if not (self.pure_cost and self.cg.reduced_cost_floor and self.all_placeable_scheduled):
             return
         cost = self.placement.cost_micros(self.problem)
+        target = max(math.ceil(cost / (1 + self.options.gap)), 0) if self.options.gap > 0 else cost
         slots = sum(slot_bounds(self.bins, self.problem.sizes, self.demand, self.cg.reduced_cost_floor,
-                                cost - self.cg.floor_lp_value, cost).values())
+                                target - self.cg.floor_lp_value, target).values())
         if slots > self.options.max_proof_slots:
             return
         with self.stats.stage("proof"):
             proof = prove(self.bins, self.problem.sizes, self.demand, self.limits, self.cg.reduced_cost_floor,
-                          self.cg.floor_lp_value, max(self.cg.lower_bound, 0.0), cost,
+                          self.cg.floor_lp_value, max(self.cg.lower_bound, 0.0), target,
                           time_limit=self.time_left(), seed=self.options.seed, workers=self.options.workers,
                           deterministic=self.options.deterministic, max_slots=self.options.max_proof_slots)
-        self.stats.notes.append(f"optimality proof: {proof.status} over {proof.slots} node slots")
+        what = "optimality proof" if target == cost else f"proof within the {self.options.gap:.2%} decision gap"
+        self.stats.notes.append(f"{what}: {proof.status} over {proof.slots} node slots")
         if proof.improved:
             self.offer(decode(self.problem, self.bins, proof.improved), "proof")
-        self.proven = self.proven or proof.proven
+        if proof.proven:
+            if proof.improved is not None or target >= cost:
+                self.proven = True
+            else:  # no plan below the target: it is a certified bound
+                self.bound = max(self.bound, float(target))
         self.progress("proof")
 
     def master(self) -> None:
@@ -423,7 +477,8 @@ class _Run:
             stats.notes.append("no CP-SAT plan beat greedy; the greedy plan is returned")
         cost = placement.cost_micros(self.problem)
         if self.cg is None:
-            status = "GREEDY" if self.best is None else "FEASIBLE"
+            meets_bound = self.pure_cost and self.all_placeable_scheduled and cost <= self.bound + 0.5
+            status = "OPTIMAL" if meets_bound else ("GREEDY" if self.best is None else "FEASIBLE")
         else:
             meets_bound = self.pure_cost and self.all_placeable_scheduled and cost <= self.bound + 0.5
             status = "OPTIMAL" if self.proven or meets_bound else ("GREEDY" if self.best is None else "FEASIBLE")
@@ -490,13 +545,17 @@ def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResul
     if problem.conservative:  # certify's bound over exact families recompiles the batch: keep time for it
         run.deadline -= min(RELAXED_BOUND_SHARE * stats.stages["compile"], 0.2 * options.time_limit)
     run.first_improvement()
-    if run.time_left() <= MIN_COLGEN_SECONDS:  # anytime: loading, compiling and greedy used most of the time
+    if run.options.gap > 0 and run.cheap_decision():
+        pass  # certified within the decision gap by the cheap bound: nothing below can matter enough
+    elif run.time_left() <= MIN_COLGEN_SECONDS:  # anytime: loading, compiling and greedy used most of the time
         run.cheap_bound()
     else:
+        # each stage only runs while the decision is still open (``_Run.decided``)
         run.column_generation()
-        run.dive()
-        run.proof()
-        run.master()
+        for stage in (run.dive, run.proof, run.master):
+            if run.decided():
+                break
+            stage()
     run.search()
     status, bound = run.certify()
     return _result(problem, run.placement, greedy, bound, status, started, options, stats)

@@ -177,3 +177,25 @@ def release_finalizers(api: client.ApiClient) -> None:
             with contextlib.suppress(client.ApiException):
                 core.patch_node(node.metadata.name, {"metadata": {"finalizers": None}},
                                 _content_type="application/merge-patch+json")
+
+
+def tear_down(api: client.ApiClient, namespace: str, nodepool: str) -> None:
+    """A test's clean-up once its controller has stopped: its Deployments and namespace, its NodePool's
+    NodeClaims (finalizers released, nothing would drain them) and the NodePool; returns once the namespace
+    and the pool's Nodes are gone, so the next test starts from a cluster without them."""
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    client.AppsV1Api(api).delete_collection_namespaced_deployment(namespace)
+    core.delete_namespace(namespace, grace_period_seconds=0)
+    for claim in custom.list_cluster_custom_object("karpenter.sh", "v1", "nodeclaims")["items"]:
+        if claim["metadata"].get("labels", {}).get("karpenter.sh/nodepool") == nodepool:
+            with contextlib.suppress(client.ApiException):
+                custom.delete_cluster_custom_object("karpenter.sh", "v1", "nodeclaims", claim["metadata"]["name"])
+    release_finalizers(api)
+    custom.delete_cluster_custom_object("karpenter.sh", "v1", "nodepools", nodepool)
+
+    def clean() -> bool:
+        nodes = [n for n in core.list_node().items
+                 if (n.metadata.labels or {}).get("karpenter.sh/nodepool") == nodepool]
+        return namespace not in [n.metadata.name for n in core.list_namespace().items] and not nodes
+
+    wait_for(clean, 120, interval=1.0, what="namespace and nodes deleted")

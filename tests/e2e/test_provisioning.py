@@ -28,7 +28,7 @@ from controller.run import Controller, ControllerOptions
 from model.snapshot import parse_objects
 from providers.kwok import kwok_catalog
 from solver.provision import SolveOptions, solve
-from tests.e2e.conftest import Cluster, apply, release_finalizers, wait_for
+from tests.e2e.conftest import Cluster, apply, tear_down, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -67,18 +67,7 @@ def workspace(cluster: Cluster, crds: list[str]) -> Iterator[client.ApiClient]:
     apply(api, NODECLASS)
     apply(api, NODEPOOL)
     yield api
-    client.AppsV1Api(api).delete_collection_namespaced_deployment(NAMESPACE)
-    core.delete_namespace(NAMESPACE, grace_period_seconds=0)
-    custom = client.CustomObjectsApi(api)
-    custom.delete_collection_cluster_custom_object(GROUP, VERSION, "nodeclaims")
-    release_finalizers(api)  # the controller that would drain them has stopped
-    custom.delete_cluster_custom_object(GROUP, VERSION, "nodepools", "general")
-
-    def clean() -> bool:  # the next test starts from an empty cluster: Nodes go with their NodeClaims (owner)
-        namespaces = [n.metadata.name for n in core.list_namespace().items]
-        return NAMESPACE not in namespaces and not core.list_node().items
-
-    wait_for(clean, 120, interval=1.0, what="namespace and nodes deleted")
+    tear_down(api, NAMESPACE, 'general')
 
 
 def _pods(core: client.CoreV1Api) -> list[Any]:

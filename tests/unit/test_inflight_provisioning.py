@@ -117,7 +117,7 @@ def test_what_does_not_fit_the_leftover_room_gets_a_new_node() -> None:
     assert len(on_claim) == 1 and len(record.plan.node_claims[0].pods) == 1
 
 
-def test_pods_planned_onto_a_running_node_are_annotated_so_the_scheduler_retries_them() -> None:
+def test_pods_planned_onto_a_running_node_are_annotated_and_nominated() -> None:
     provisioner, cache, custom = setup()
     cache.informers["NodeClaim"]._store.clear()
     cache.upsert("Node", {"metadata": {"name": "running", "resourceVersion": "1", "labels": {
@@ -126,12 +126,19 @@ def test_pods_planned_onto_a_running_node_are_annotated_so_the_scheduler_retries
                                "conditions": [{"type": "Ready", "status": "True"}]}})
     patched: list[tuple[str, Any]] = []
 
+    nominated: list[tuple[str, Any]] = []
+
     class Core:
         def patch_namespaced_pod(self, name: str, namespace: str, body: Any) -> None:
             patched.append((name, body))
+
+        def patch_namespaced_pod_status(self, name: str, namespace: str, body: Any, **apply: Any) -> None:
+            nominated.append((name, body["status"]["nominatedNodeName"]))
 
     provisioner._core = Core()  # type: ignore[assignment]
     record = provisioner.provision(provisioner.pending())
     assert custom.created == [] and {p for n in record.plan.existing_nodes for p in n.pods} == {"ns/old-0", "ns/old-1"}
     assert sorted(name for name, _ in patched) == ["old-0", "old-1"]
     assert patched[0][1] == {"metadata": {"annotations": {"nodeplan.io/placed": "running"}}}
+    # the node exists: the placement is also their nomination (KEP-5278)
+    assert sorted(nominated) == [("old-0", "running"), ("old-1", "running")]

@@ -23,7 +23,7 @@ class Recorder:
     def patch_node(self, name: str, body: Any) -> None:
         self.calls.append(("patch_node", (name, body)))
 
-    def patch_namespaced_pod_status(self, name: str, namespace: str, body: Any) -> None:
+    def patch_namespaced_pod_status(self, name: str, namespace: str, body: Any, **apply: Any) -> None:
         self.calls.append(("nominate", (namespace, name, body["status"]["nominatedNodeName"])))
 
     def patch_cluster_custom_object_status(self, group: str, version: str, plural: str, name: str, body: Any
