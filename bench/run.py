@@ -124,7 +124,7 @@ def run_scale(spec: str, seed: int, workdir: Path, time_limit: float = SCALE_TIM
                                             realkarpenter.catalog_item(it) for it in karpenter_benchmark_catalog()]}))
     del objects
     command = [str(Path(sys.executable).with_name("nodeplan")), "solve", str(path), "--catalog", str(catalog_path),
-               "--time-limit", f"{time_limit:g}", "--format", "json", "-o", str(plan_path), "-q"]
+               "--time-limit", f"{time_limit:g}", "-o", "json", "--output-file", str(plan_path), "-q"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     started = time.monotonic()
     done = subprocess.run(command, check=False, capture_output=True, text=True)

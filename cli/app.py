@@ -1,7 +1,7 @@
 """``nodeplan`` — the command line.
 
 Exit codes: 0 success; 1 the verifier found violations; 2 bad input (one line naming file, object, field).
-Data goes to stdout (or ``-o``); progress and warnings go to stderr.
+Data goes to stdout (or ``--output-file``; ``-o`` is the format, as in kubectl); progress and warnings go to stderr.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from cli import command_started
 from cli.capture import snapshot_cmd
 from cli.catalog import app as catalog_app
 from cli.diff import diff_cmd, solve_progress
+from cli.output import Format, PlanFileOpt, emit, format_option, output_file_option
 from cli.run import crds_cmd, run_cmd
 from cli.settings import COMMAND as RUN_COMMAND
 from cli.shadow_report import shadow_report_cmd
@@ -47,7 +48,7 @@ from solver.verify import verify
 from solver.verify.replay import replay
 
 app = typer.Typer(help="Kubernetes node provisioning decided by an exact CP-SAT model.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
+                  no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None)
 stderr = Console(stderr=True)
 
 
@@ -68,7 +69,7 @@ def _global_options(
     interruptible()  # SIGINT/SIGTERM: one line, exit 130/143, no partial output file
 
 
-class OutputFormat(StrEnum):
+class VerifyFormat(StrEnum):
     table = "table"
     json = "json"
     yaml = "yaml"
@@ -94,16 +95,20 @@ def _load(snapshot: Path, catalog: Path | None, *, quiet: bool = False) -> Snaps
     return loaded
 
 
-def _write(data: dict[str, Any], fmt: OutputFormat, output: Path | None) -> None:
-    text = yaml.safe_dump(data, sort_keys=False) if fmt is OutputFormat.yaml else json.dumps(data, indent=2) + "\n"
-    if output:
-        write_atomic(output, text)
-    else:
-        sys.stdout.write(text)
+def _write(data: dict[str, Any], fmt: Format, output_file: Path | None) -> None:
+    """A plan as YAML (``-o yaml``) or JSON (every other format) to ``output_file``, else stdout."""
+    emit(yaml.safe_dump(data, sort_keys=False) if fmt is Format.yaml else json.dumps(data, indent=2) + "\n",
+         output_file)
 
 
-SnapshotArg = Annotated[Path, typer.Argument(help="Cluster snapshot (kubectl get -o yaml|json output), or manifests: "
-                                            "a directory or helm template output.")]
+def _console() -> Console:
+    """stdout for tables: the terminal's width, 160 columns into a pipe or file (rich would pick 80)."""
+    return Console(width=None if sys.stdout.isatty() else 160)
+
+
+SnapshotArg = Annotated[Path, typer.Argument(
+    metavar="SNAPSHOT", help="Cluster snapshot (kubectl get -o yaml|json output), or manifests: a directory or "
+    "helm template output.")]
 CatalogOpt = Annotated[Path | None, typer.Option("--catalog", help="Instance catalog file (default: built-in KWOK).")]
 
 
@@ -116,8 +121,9 @@ def solve_cmd(
     seed: Annotated[int, typer.Option(help="CP-SAT random seed (same input + seed ⇒ same plan).")] = 0,
     workers: Annotated[int, typer.Option(min=1, help="CP-SAT workers.")] = 2,
     gap: Annotated[float, typer.Option(min=0.0, help="Stop once within this relative gap of the bound.")] = 0.0,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the plan here.")] = None,
-    fmt: Annotated[OutputFormat, typer.Option("--format", help="table, json or yaml.")] = OutputFormat.table,
+    fmt: Annotated[Format, format_option(Format, "table and wide print nodes, json and yaml the plan")
+                   ] = Format.table,
+    output_file: PlanFileOpt = None,
     compare: Annotated[Compare | None, typer.Option("--compare", help="Also show greedy's cost.")] = None,
     preference_policy: Annotated[PreferencePolicy, typer.Option(
         "--preference-policy", help="Respect: preferred node affinity outranks cost (Karpenter's default); "
@@ -131,11 +137,11 @@ def solve_cmd(
 ) -> None:
     """Plan new nodes for a snapshot's pending pods and print the plan.
 
-    Example: nodeplan solve fixtures/snapshots/example.yaml --compare greedy -o plan.json
+    Example: nodeplan solve fixtures/snapshots/example.yaml --compare greedy --output-file plan.json
     """
     started = command_started()  # the process start: imports and loading count against --time-limit
     try:
-        check_writable(output, "--output")
+        check_writable(output_file, "--output-file")
         check_writable(report, "--report")
         snap = _load(snapshot, catalog, quiet=quiet)
     except InputError as err:
@@ -148,13 +154,12 @@ def solve_cmd(
     data = result.plan.to_json_dict()
     if report:
         write_atomic(report, render_html(result.plan, snap, title=f"nodeplan plan: {snapshot.name}"))
-    if output and fmt is OutputFormat.table:
-        _write(data, OutputFormat.json, output)
-    if fmt is OutputFormat.table:
-        console = Console(width=None if sys.stdout.isatty() else 160)
-        render_plan(result.plan, console, compare_greedy=compare is Compare.greedy)
+    if fmt in (Format.table, Format.wide):
+        if output_file:
+            _write(data, Format.json, output_file)
+        render_plan(result.plan, _console(), compare_greedy=compare is Compare.greedy, wide=fmt is Format.wide)
     else:
-        _write(data, fmt, output)
+        _write(data, fmt, output_file)
 
 
 def _now(value: str | None) -> datetime:
@@ -191,19 +196,20 @@ def consolidate_cmd(
     yardstick: Annotated[bool, typer.Option("--yardstick/--no-yardstick", help="Also run the Karpenter-style "
                                             "decision (warm start; its savings are reported).")] = True,
     seed: Annotated[int, typer.Option(help="CP-SAT random seed.")] = 0,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the plan here.")] = None,
-    fmt: Annotated[OutputFormat, typer.Option("--format", help="table, json or yaml.")] = OutputFormat.table,
+    fmt: Annotated[Format, format_option(Format, "wide adds every move; json and yaml print the plan")
+                   ] = Format.table,
+    output_file: PlanFileOpt = None,
     explain: Annotated[bool, typer.Option("--explain", help="List every node and why it is or is not a "
                                           "candidate.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No warnings on stderr.")] = False,
 ) -> None:
     """Plan consolidation: which nodes to remove, what replaces them, where every evicted pod goes.
 
-    Example: nodeplan consolidate cluster.yaml --now 2026-11-29T09:00:00Z -o disruption.json
+    Example: nodeplan consolidate cluster.yaml --now 2026-11-29T09:00:00Z --output-file disruption.json
     """
     started = time.monotonic()
     try:
-        check_writable(output, "--output")
+        check_writable(output_file, "--output-file")
         snap = _load(snapshot, catalog, quiet=quiet)
         result = consolidate(snap, ConsolidateOptions(time_limit=time_limit, now=_now(now), seed=seed,
                                                       eviction_price=eviction_price, spot_to_spot=spot_to_spot,
@@ -211,13 +217,12 @@ def consolidate_cmd(
     except InputError as err:
         raise _fail_input(err) from None
     data = result.plan.to_json_dict()
-    if output and fmt is OutputFormat.table:
-        _write(data, OutputFormat.json, output)
-    if fmt is OutputFormat.table:
-        console = Console(width=None if sys.stdout.isatty() else 160)
-        render_disruption(result.plan, console, _explain(result) if explain else None)
+    if fmt in (Format.table, Format.wide):
+        if output_file:
+            _write(data, Format.json, output_file)
+        render_disruption(result.plan, _console(), _explain(result) if explain else None, wide=fmt is Format.wide)
     else:
-        _write(data, fmt, output)
+        _write(data, fmt, output_file)
     for problem in result.budget_errors:
         typer.echo(f"error: {problem.located(file=str(snapshot))} (the NodePool's disruptions are frozen)", err=True)
     if result.budget_errors:
@@ -227,7 +232,8 @@ def consolidate_cmd(
 @app.command("verify")
 def verify_cmd(
     snapshot: SnapshotArg,
-    plan: Annotated[Path, typer.Argument(help="Plan file written by nodeplan solve -o or consolidate -o.")],
+    plan: Annotated[Path, typer.Argument(metavar="PLAN", help="Plan file written by nodeplan solve or consolidate "
+                                         "--output-file.")],
     catalog: CatalogOpt = None,
     now: Annotated[str | None, typer.Option("--now", help="For a DisruptionPlan: the time it was planned for "
                                             "(RFC 3339; default now).")] = None,
@@ -237,6 +243,9 @@ def verify_cmd(
                                                "one at a time as the kube-scheduler would, in the planned order and "
                                                "N random ones; exit 1 if an order strands a pod.")] = 0,
     replay_seed: Annotated[int, typer.Option("--replay-seed", help="Seed of the random bind orders.")] = 0,
+    fmt: Annotated[VerifyFormat, format_option(VerifyFormat, "table lists each violation; json and yaml a "
+                                               "Verification document")] = VerifyFormat.table,
+    output_file: Annotated[Path | None, output_file_option("the violations")] = None,
 ) -> None:
     """Check a plan (ProvisioningPlan or DisruptionPlan) against a snapshot independently of the solver;
     exit 1 listing each violation.
@@ -244,6 +253,7 @@ def verify_cmd(
     Example: nodeplan verify fixtures/snapshots/example.yaml plan.json --replay 20
     """
     try:
+        check_writable(output_file, "--output-file")
         snap = _load(snapshot, catalog)
         docs = read_documents(plan)
         if len(docs) != 1 or not isinstance(docs[0], dict):
@@ -264,12 +274,19 @@ def verify_cmd(
         violations = verify_disruption(snap, parsed, at, spot_to_spot=spot_to_spot)
     else:
         violations = verify(snap, parsed)
-    for line in violations:
-        typer.echo(line)
     replayed = replay(snap, parsed, orders=replay_orders, seed=replay_seed) \
         if replay_orders and isinstance(parsed, ProvisioningPlan) else None
-    for line in replayed.summary() if replayed else ():
-        typer.echo(line)
+    lines = [*violations, *(replayed.summary() if replayed else ())]
+    if fmt is VerifyFormat.table:
+        emit("".join(f"{line}\n" for line in lines), output_file)
+    else:
+        document = {"kind": "Verification", "plan": str(plan), "valid": not violations and (not replayed or
+                                                                                          replayed.ok),
+                    "violations": list(violations)}
+        if replayed:
+            document["replay"] = {"ordersTried": replayed.orders_tried,
+                                  "ordersStranding": replayed.orders_stranding, "summary": replayed.summary()}
+        _write(document, Format(fmt.value), output_file)
     if violations:
         stderr.print(f"{len(violations)} violation(s)")
     if replayed and not replayed.ok:
@@ -288,6 +305,20 @@ app.command("shadow-report")(shadow_report_cmd)
 
 # typer names commands after functions; keep the user-facing name "solve"
 app.registered_commands[0].name = "solve"
+
+#: one line per command for ``nodeplan --help``, short enough for 80 columns (click cuts longer ones with "...")
+SHORT_HELP = {
+    "solve": "Plan new nodes for a snapshot's pending pods.",
+    "consolidate": "Plan which nodes to remove or replace.",
+    "verify": "Check a plan against a snapshot.",
+    "diff": "Compare the plans of two cluster states.",
+    "snapshot": "Capture a live cluster into a snapshot file.",
+    "run": "Run the in-cluster controller.",
+    "crds": "Write the CRDs generated from the models.",
+    "shadow-report": "Summarise shadow mode's comparisons.",
+}
+for _command in app.registered_commands:
+    _command.short_help = SHORT_HELP.get(str(_command.name), _command.short_help)
 
 
 def main() -> None:

@@ -1,21 +1,20 @@
 """``nodeplan snapshot``: capture a live cluster into a snapshot file the other commands read.
 
 Every kind the snapshot contract names is listed once (Pods, Nodes, NodePools and NodeClaims, DaemonSets,
-PodDisruptionBudgets, Namespaces, PVCs / PVs / StorageClasses / CSINodes) and written as a multi-document
-YAML stream, each object with its ``kind`` and ``apiVersion`` as ``kubectl get -o yaml`` prints them.
+PodDisruptionBudgets, Namespaces, PVCs / PVs / StorageClasses / CSINodes, the DRA kinds) and written as a
+multi-document YAML stream, each object with its ``kind`` and ``apiVersion`` as ``kubectl get -o yaml`` prints them.
 
-Nothing secret leaves the cluster: Secrets and ConfigMaps are never read; every container's environment
-values (``env[].value`` / ``valueFrom``; names kept), ``command`` and ``args`` are dropped, and so are
-``metadata.managedFields`` and the ``kubectl.kubernetes.io/last-applied-configuration`` annotation (a
-copy of the whole object as applied, env values included). Node image lists are dropped for size.
-A kind the API server does not serve (no Karpenter CRDs installed) is skipped with a warning.
+Only what the rules read leaves the cluster (``cli.scrub``, an allow-list per kind): Secrets and ConfigMaps
+are never read; of a pod, its scheduling fields, containers' resources and ports (never env / envFrom,
+command / args, probes, lifecycle hooks), volumes' claim names and drivers (never CSI attributes or flex
+options); annotations only where nodeplan or Kubernetes' scheduling reads them; no ``managedFields``, node
+images or StorageClass parameters. A kind the API server does not serve (no Karpenter CRDs installed) is
+skipped with a warning.
 """
 
 from __future__ import annotations
 
-import copy
 import json
-import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,13 +23,14 @@ from typing import Annotated, Any
 import typer
 import yaml
 
+from cli.output import DataFormat, emit, format_option, output_file_option
+from cli.scrub import scrub
+from model.errors import InputError
+from reports.atomic import check_writable
+
 Object = dict[str, Any]
 #: ``lister(**kwargs)`` — a generated kubernetes-client list call, called with ``_preload_content=False``
 Lister = Callable[..., Any]
-
-LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
-CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
-REDACTED_FIELDS = ("command", "args")
 
 
 @dataclass(frozen=True)
@@ -46,41 +46,6 @@ def kinds(api: Any) -> list[CapturedKind]:
     from controller.kinds import READ
 
     return [CapturedKind(k.kind, k.api_version, k.lister(api)) for k in READ]
-
-
-def _scrub_pod_spec(spec: Any) -> None:
-    if not isinstance(spec, dict):
-        return
-    for key in CONTAINER_LISTS:
-        for container in spec.get(key) or []:
-            if not isinstance(container, dict):
-                continue
-            for field in REDACTED_FIELDS:
-                container.pop(field, None)
-            if isinstance(container.get("env"), list):
-                container["env"] = [{"name": e.get("name")} for e in container["env"] if isinstance(e, dict)]
-
-
-def scrub(obj: Object) -> Object:
-    """A copy of ``obj`` without secrets, environment values or bookkeeping (see the module docstring)."""
-    out = copy.deepcopy(obj)
-    meta = out.get("metadata")
-    if isinstance(meta, dict):
-        meta.pop("managedFields", None)
-        annotations = meta.get("annotations")
-        if isinstance(annotations, dict):
-            annotations.pop(LAST_APPLIED, None)
-            if not annotations:
-                meta.pop("annotations")
-    kind = out.get("kind")
-    spec = out.get("spec")
-    if kind == "Pod":
-        _scrub_pod_spec(spec)
-    elif isinstance(spec, dict) and isinstance(spec.get("template"), dict):  # DaemonSet and other templates
-        _scrub_pod_spec(spec["template"].get("spec"))
-    if kind == "Node" and isinstance(out.get("status"), dict):
-        out["status"].pop("images", None)
-    return out
 
 
 def capture(captured: Iterable[CapturedKind]) -> tuple[list[Object], list[str]]:
@@ -104,8 +69,7 @@ def capture(captured: Iterable[CapturedKind]) -> tuple[list[Object], list[str]]:
         for item in items:
             item["apiVersion"] = entry.api_version
             item["kind"] = entry.kind
-            ordered = {"apiVersion": item.pop("apiVersion"), "kind": item.pop("kind"), **item}
-            objects.append(scrub(ordered))
+            objects.append(scrub(item))
     return objects, warnings
 
 
@@ -118,18 +82,24 @@ def snapshot_cmd(
     kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG, "
                                                     "then ~/.kube/config).")] = None,
     context: Annotated[str | None, typer.Option("--context", help="Kubeconfig context (default: current).")] = None,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the snapshot here, not stdout.")]
-    = None,
+    fmt: Annotated[DataFormat, format_option(DataFormat, "yaml: a multi-document stream; json: one List")
+                   ] = DataFormat.yaml,
+    output_file: Annotated[Path | None, output_file_option("the snapshot")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No warnings on stderr.")] = False,
 ) -> None:
     """Capture a live cluster into a snapshot file (no Secrets, no environment values, no command lines).
 
-    Example: nodeplan snapshot --kubeconfig ~/.kube/config -o snap.yaml && nodeplan solve snap.yaml
+    Example: nodeplan snapshot --kubeconfig ~/.kube/config --output-file snap.yaml && nodeplan solve snap.yaml
     """
     from kubernetes import config
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
+    try:
+        check_writable(output_file, "--output-file")
+    except InputError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
     try:
         api = config.new_client_from_config(  # type: ignore[no-untyped-call]
             config_file=str(kubeconfig) if kubeconfig else None, context=context)
@@ -149,8 +119,8 @@ def snapshot_cmd(
         raise typer.Exit(2) from None
     for warning in () if quiet else warnings:
         typer.echo(f"warning: {warning}", err=True)
-    text = to_yaml(objects, header=f"nodeplan snapshot of {server}: {len(objects)} objects")
-    if output:
-        output.write_text(text, encoding="utf-8")
+    if fmt is DataFormat.json:
+        text = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2) + "\n"
     else:
-        sys.stdout.write(text)
+        text = to_yaml(objects, header=f"nodeplan snapshot of {server}: {len(objects)} objects")
+    emit(text, output_file)

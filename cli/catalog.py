@@ -1,4 +1,4 @@
-"""``nodeplan catalog aws --region R -o catalog.yaml``: an instance catalog from the EC2 API.
+"""``nodeplan catalog aws --region R --output-file catalog.yaml``: an instance catalog from the EC2 API.
 
 DescribeInstanceTypes (capacity, labels, ENI-limited pods), DescribeInstanceTypeOfferings (zones), the latest
 spot price per type and zone, and on-demand prices from the Pricing API — or, where it cannot be reached (the
@@ -9,14 +9,17 @@ Pricing API's response shape; see its ``_source``). Allocatable is computed as K
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 import yaml
 
+from cli.output import DataFormat, format_option, output_file_option
 from model.errors import InputError
 from model.instancetype import InstanceType
+from reports.atomic import check_writable, write_atomic
 
 app = typer.Typer(help="Build an instance catalog from a cloud's API.", no_args_is_help=True)
 RECORDED = Path(__file__).resolve().parent.parent / "fixtures" / "aws" / "pricing-us-east-1.json"
@@ -43,18 +46,23 @@ def catalog_document(types: list[InstanceType], region: str) -> dict[str, Any]:
                                              for o in it.offerings]} for it in types]}
 
 
-@app.command("aws")
+@app.command("aws", short_help="Write an instance catalog from the EC2 API.")
 def aws_cmd(
     region: Annotated[str, typer.Option("--region", help="AWS region, e.g. us-east-1.")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Catalog file to write.")],
+    output_file: Annotated[Path, output_file_option("the catalog")],
     endpoint_url: Annotated[str | None, typer.Option("--endpoint-url", help="EC2 API endpoint (a test API).")
                             ] = None,
     prices: Annotated[Path, typer.Option("--prices", help="On-demand prices in the Pricing API's GetProducts "
                                          "shape, used when the Pricing API cannot be reached.")] = RECORDED,
     pricing_api: Annotated[bool, typer.Option("--pricing-api/--no-pricing-api", help="Ask the Pricing API for "
                                               "on-demand prices first.")] = True,
+    fmt: Annotated[DataFormat, format_option(DataFormat, "of the catalog file")] = DataFormat.yaml,
 ) -> None:
     """Write an instance catalog for REGION from the EC2 API (types, zones, spot and on-demand prices)."""
+    try:
+        check_writable(output_file, "--output-file")
+    except InputError as err:
+        raise _fail(str(err)) from None
     import boto3  # here, not at start-up: every other command would pay for botocore's import
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -88,5 +96,8 @@ def aws_cmd(
                            for info in sorted(infos, key=lambda i: i["InstanceType"])) if it is not None]
     if not types:
         raise _fail(f"no instance type in {region} has a priced offering")
-    output.write_text(yaml.safe_dump(catalog_document(types, region), sort_keys=False, width=200))
-    typer.echo(f"{output}: {len(types)} instance types, {sum(len(t.offerings) for t in types)} offerings", err=True)
+    document = catalog_document(types, region)
+    write_atomic(output_file, json.dumps(document, indent=2) + "\n" if fmt is DataFormat.json
+                 else yaml.safe_dump(document, sort_keys=False, width=200))
+    typer.echo(f"{output_file}: {len(types)} instance types, {sum(len(t.offerings) for t in types)} offerings",
+               err=True)

@@ -11,18 +11,19 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
+import yaml
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from cli.output import DiffFormat, emit, format_option, output_file_option
 from model.errors import InputError
 from providers.catalog_file import load_catalog
 from providers.kwok import kwok_catalog
-from reports.atomic import atomic_handle, check_writable, write_atomic
+from reports.atomic import atomic_handle, check_writable
 from reports.diff import Catalog, SideError, SideName, compute_diff, gate_failures, load_side
 from reports.diff_render import render_diff_markdown, render_diff_terminal
 from solver.provision import SolveOptions
@@ -75,12 +76,6 @@ def solve_progress(description: str, *, enabled: bool) -> Iterator[ProgressUpdat
         yield update
 
 
-class DiffFormat(StrEnum):
-    terminal = "terminal"
-    markdown = "markdown"
-    json = "json"
-
-
 def _catalog(path: Path | None, side: SideName | None = None) -> Catalog:
     if path is None:
         return Catalog(label="built-in KWOK", instance_types=kwok_catalog())
@@ -92,22 +87,21 @@ def _catalog(path: Path | None, side: SideName | None = None) -> Catalog:
         raise
 
 
-SideArg = "Snapshot file (solved on the fly), saved plan JSON (nodeplan solve -o), or directory of manifests."
+SideArg = ("Snapshot file (solved on the fly), saved plan JSON (nodeplan solve --output-file), or directory of "
+           "manifests; REV:PATH reads it from a git revision.")
 
 
 def diff_cmd(
-    base: Annotated[Path, typer.Argument(help=f"Base side. {SideArg}")],
-    head: Annotated[Path, typer.Argument(help=f"Head side. {SideArg}")],
+    base: Annotated[Path, typer.Argument(metavar="BASE", help=f"Base side. {SideArg}")],
+    head: Annotated[Path, typer.Argument(metavar="HEAD", help=f"Head side. {SideArg}")],
     catalog: Annotated[Path | None, typer.Option("--catalog", help="Instance catalog for both sides "
                                                  "(default: built-in KWOK).")] = None,
     base_catalog: Annotated[Path | None, typer.Option("--base-catalog", help="Catalog for the base side only.")]
     = None,
     head_catalog: Annotated[Path | None, typer.Option("--head-catalog", help="Catalog for the head side only.")]
     = None,
-    fmt: Annotated[DiffFormat, typer.Option("--format", help="terminal, markdown (PR comment) or json.")]
-    = DiffFormat.terminal,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the report here, not stdout.")]
-    = None,
+    fmt: Annotated[DiffFormat, format_option(DiffFormat, "markdown is the pull-request comment")] = DiffFormat.table,
+    output_file: Annotated[Path | None, output_file_option("the report")] = None,
     fail_on_unschedulable: Annotated[bool, typer.Option(
         "--fail-on-unschedulable",
         help="Exit 1 if a pod is unschedulable in head but not in base (new pods included).")] = False,
@@ -123,10 +117,11 @@ def diff_cmd(
 ) -> None:
     """Compare the plans for two states: cost, nodes, unschedulable pods, utilisation, gates for CI.
 
-    Example: nodeplan diff main/ pr/ --format markdown -o diff.md --fail-on-unschedulable --max-cost-increase 10
+    Example: nodeplan diff main/ pr/ -o markdown --output-file diff.md --fail-on-unschedulable
+    --max-cost-increase 10
     """
     try:
-        check_writable(output, "--output")
+        check_writable(output_file, "--output-file")
         shared = _catalog(catalog)
         base_cat = _catalog(base_catalog, "base") if base_catalog else shared
         head_cat = _catalog(head_catalog, "head") if head_catalog else shared
@@ -150,22 +145,18 @@ def diff_cmd(
     diff = diff.model_copy(update={"gate_failures": failures})
     if diff.catalog_mismatch and not quiet:
         typer.echo(f"warning: catalogs differ: {diff.catalog_mismatch}", err=True)
-    if fmt is DiffFormat.json:
-        text = json.dumps(diff.model_dump(mode="json", by_alias=True), indent=2) + "\n"
-    elif fmt is DiffFormat.markdown:
-        text = render_diff_markdown(diff)
-    else:
-        text = ""
-    if fmt is DiffFormat.terminal:
-        if output:
-            with atomic_handle(output) as handle:
+    data = diff.model_dump(mode="json", by_alias=True)
+    if fmt is DiffFormat.table:
+        if output_file:
+            with atomic_handle(output_file) as handle:
                 render_diff_terminal(diff, Console(file=handle, width=width or 120, color_system=None))
         else:
             render_diff_terminal(diff, Console(width=width if width else (None if sys.stdout.isatty() else 120)))
-    elif output:
-        write_atomic(output, text)
+    elif fmt is DiffFormat.markdown:
+        emit(render_diff_markdown(diff), output_file)
     else:
-        sys.stdout.write(text)
+        emit(yaml.safe_dump(data, sort_keys=False) if fmt is DiffFormat.yaml else json.dumps(data, indent=2) + "\n",
+             output_file)
     if failures:
         typer.echo("gate failed: " + "; ".join(failures), err=True)
         raise typer.Exit(1)

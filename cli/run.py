@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from enum import StrEnum
 from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from kubernetes import client, config
@@ -16,9 +17,12 @@ from urllib3.exceptions import HTTPError
 from cli.settings import NO_GATES, Duration, FeatureGates, LogLevel, envvars
 from controller import crds, permissions
 from controller.disruption import DisruptionOptions
+from controller.leader import DEFAULT_LEASE_NAME
+from controller.logs import LogFormat
+from controller.logs import configure as configure_logging
 from controller.nodepool_status import parse_nodepool_selector
 from controller.provisioner import ProvisionerOptions
-from controller.run import Controller, ControllerOptions, api_client, configure_logging, in_cluster, own_namespace
+from controller.run import Controller, ControllerOptions, api_client, in_cluster, own_namespace
 from controller.shadow import ShadowOptions
 from model.errors import InputError
 from providers.catalog_file import load_catalog
@@ -33,11 +37,20 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def preflight(api: client.ApiClient, namespace: str, leader_elect: bool, *, shadow: bool = False) -> None:
-    """Every permission the controller uses (shadow mode: the read-only ones), checked before anything starts:
-    one line and exit 2 otherwise."""
+class Provider(StrEnum):
+    """``nodeplan run --provider``: where nodes come from."""
+
+    kwok = "kwok"
+    aws = "aws"
+
+
+def preflight(api: client.ApiClient, namespace: str, leader_elect: bool, *, shadow: bool = False,
+              dra: bool = True, lease_name: str = DEFAULT_LEASE_NAME) -> None:
+    """Every permission the controller uses (shadow mode: the read-only ones; DRA off: none of the DRA ones),
+    checked before anything starts: one line and exit 2 otherwise."""
     try:
-        missing = permissions.check(api, namespace, permissions.required(shadow), leases=leader_elect)
+        missing = permissions.check(api, namespace, permissions.required(shadow, dra), leases=leader_elect,
+                                    lease_name=lease_name)
     except client.ApiException as err:
         raise _fail(f"the API server refused the permission check: HTTP {err.status} {err.reason}") from None
     except (HTTPError, OSError) as err:
@@ -62,6 +75,10 @@ def run_cmd(
     solve_time_limit: Annotated[float, typer.Option("--solve-time-limit", parser=Duration(0.1), metavar="DURATION",
                                                     show_default="10s",
                                                     help="How long the solver may spend on one batch.")] = 10.0,
+    decision_gap: Annotated[float, typer.Option("--decision-gap", min=0.0, max=1.0, help="Decide a batch as soon "
+                                                "as its plan is certified within this relative gap of the lower "
+                                                "bound (0.01: 1 %), not at --solve-time-limit; 0: prove optimal "
+                                                "or use the time.")] = 0.01,
     bind_grace: Annotated[float, typer.Option("--bind-grace", parser=Duration(), metavar="DURATION",
                                               show_default="15s", help="How long after a NodeClaim is "
                                               "initialized its pods stay reserved for it.")] = 15.0,
@@ -106,10 +123,20 @@ def run_cmd(
         "spot nodes (default: the SpotToSpotConsolidation feature gate, off).")] = None,
     feature_gates: Annotated[FeatureGates, typer.Option(
         "--feature-gates", parser=FeatureGates.parse, envvar=envvars("feature_gates"), metavar="GATES",
-        show_default=False, help="Karpenter's feature gates, e.g. SpotToSpotConsolidation=true (the only one "
-        "nodeplan implements; the others are accepted and ignored).")] = NO_GATES,
+        show_default=False, help="Karpenter's feature gates, e.g. SpotToSpotConsolidation=true, and Kubernetes' "
+        "DynamicResourceAllocation (the two nodeplan implements; the others are accepted and ignored).")
+    ] = NO_GATES,
+    dra: Annotated[bool | None, typer.Option(
+        "--dra/--no-dra", show_default=False, help="Provision for pods with DRA resource claims (default: the "
+        "DynamicResourceAllocation feature gate, on). --no-dra: the DRA kinds are not read (no resource.k8s.io "
+        "RBAC needed), pods with claims get a FailedScheduling Event and are left to others (Karpenter's "
+        "--ignore-dra-requests), new nodes publish no devices.")] = None,
     log_level: Annotated[LogLevel, typer.Option("--log-level", envvar=envvars("log_level"), case_sensitive=False,
                                                 help="debug, info, warning or error.")] = LogLevel.info,
+    log_format: Annotated[LogFormat, typer.Option("--log-format", case_sensitive=False, help="json: one JSON "
+                                                  "object per line (time, level, logger, message, pod / node / "
+                                                  "nodeclaim / nodepool); console: for a terminal.")
+                          ] = LogFormat.json,
     shadow: Annotated[bool, typer.Option("--shadow", help="Shadow mode: decide as nodeplan would beside the "
                                          "provisioner that acts and compare, write nothing to the cluster "
                                          "(read-only RBAC, deploy/shadow.yaml; no leader election).")] = False,
@@ -124,6 +151,25 @@ def run_cmd(
         "--nodepool-selector", metavar="SELECTOR", help="Label selector (kubectl -l syntax) of the NodePools "
         "this nodeplan provisions and consolidates; the others' nodes are existing capacity (default: every "
         "NodePool).")] = None,
+    provider: Annotated[Provider, typer.Option("--provider", help="Cloud provider: kwok (KWOK Nodes in this "
+                                               "cluster) or aws (EC2 instances; EC2NodeClasses).")] = Provider.kwok,
+    cluster_name: Annotated[str | None, typer.Option("--cluster-name", envvar=envvars("cluster_name"), help="aws: "
+                                                     "the EKS cluster's name (tags, node join).")] = None,
+    cluster_endpoint: Annotated[str | None, typer.Option("--cluster-endpoint", envvar=envvars("cluster_endpoint"),
+                                                         help="aws: the API server URL nodes join.")] = None,
+    cluster_cidr: Annotated[str, typer.Option("--cluster-cidr", help="aws: the cluster's service CIDR (nodeadm)."
+                                              )] = "10.100.0.0/16",
+    aws_region: Annotated[str | None, typer.Option("--aws-region", envvar=["NODEPLAN_AWS_REGION", "AWS_REGION"],
+                                                   help="aws: the region (default $AWS_REGION).")] = None,
+    aws_endpoint_url: Annotated[str | None, typer.Option("--aws-endpoint-url", help="aws: one endpoint for every "
+                                                         "AWS API (a test API; boto3 also reads $AWS_ENDPOINT_URL "
+                                                         "itself).")] = None,
+    interruption_queue: Annotated[str, typer.Option("--interruption-queue", envvar=envvars("interruption_queue"),
+                                                    help="aws: SQS queue (name or URL) of EC2 interruption events "
+                                                    "(default: none, interruption handling off).")] = "",
+    catalog_refresh: Annotated[float, typer.Option("--catalog-refresh", parser=Duration(60.0), metavar="DURATION",
+                                                   show_default="12h", help="aws: rebuild instance types and prices "
+                                                   "from the EC2 and Pricing APIs this often.")] = 43200.0,
 ) -> None:
     """Run the provisioning controller until SIGINT / SIGTERM (JSON logs on stderr).
 
@@ -146,24 +192,33 @@ def run_cmd(
     for gate in feature_gates.ignored():
         typer.echo(f"warning: feature gate {gate} has no effect in nodeplan", err=True)
     spot = spot_to_spot if spot_to_spot is not None else feature_gates.enabled("SpotToSpotConsolidation")
+    use_dra = dra if dra is not None else feature_gates.enabled("DynamicResourceAllocation")
     try:
         instance_types = load_catalog(catalog) if catalog else kwok_catalog()
     except InputError as err:
         raise _fail(str(err)) from None
+    if not use_dra:
+        typer.echo("warning: DRA is disabled: ResourceClaims, DeviceClasses and ResourceSlices are not read, and "
+                   "pods with resource claims are left to others", err=True)
+        # the KWOK provider plays the DRA driver from these inventories: with DRA off it publishes nothing
+        instance_types = tuple(it.model_copy(update={"resource_slices": ()}) for it in instance_types)
     try:
         api = api_client(str(kubeconfig) if kubeconfig else None)
     except (config.ConfigException, OSError, ValueError) as err:
         raise _fail(f"unusable kubeconfig: {err}") from None
     elect = False if shadow else leader_elect if leader_elect is not None else (kubeconfig is None and in_cluster())
     namespace = leader_election_namespace or own_namespace()
-    if shadow:
-        preflight(api, namespace, elect, shadow=True)
-    else:
-        preflight(api, namespace, elect)
-    configure_logging(log_level)
+    mode: dict[str, Any] = {"shadow": True} if shadow else {}  # only what differs from the defaults
+    if not use_dra:
+        mode["dra"] = False
+    if elect and leader_election_name != DEFAULT_LEASE_NAME:  # the Lease rows are checked by its name
+        mode["lease_name"] = leader_election_name
+    preflight(api, namespace, elect, **mode)
+    configure_logging(log_level, log_format=log_format)
     options = ControllerOptions(batch_idle=batch_idle, batch_max=batch_max, provisioner=ProvisionerOptions(
-        solve_time_limit=solve_time_limit, bind_grace=bind_grace, workers=solver_workers,
-        preference_policy=preference_policy, preference_price=preference_price), metrics_port=metrics_port,
+        solve_time_limit=solve_time_limit, decision_gap=decision_gap, bind_grace=bind_grace, workers=solver_workers,
+        preference_policy=preference_policy, preference_price=preference_price, dra=use_dra),
+        metrics_port=metrics_port,
         health_port=health_port, bind_address=bind_address, leader_elect=elect, lease_namespace=namespace,
         lease_name=leader_election_name, disruption=DisruptionOptions(
             enabled=consolidation, interval=consolidation_interval, time_limit=consolidation_time_limit,
@@ -173,7 +228,15 @@ def run_cmd(
             consolidation_interval=consolidation_interval if consolidation else 0.0,
             consolidation_time_limit=consolidation_time_limit, workers=solver_workers, spot_to_spot=spot),
         nodepool_selector=selector)
-    controller = Controller(api, options, instance_types)
+    extra: dict[str, Any] = {}
+    operator = None
+    if provider is Provider.aws:
+        operator = _aws_operator(api, namespace, shadow, catalog, instance_types, cluster_name, cluster_endpoint,
+                                 cluster_cidr, aws_region, aws_endpoint_url, interruption_queue, catalog_refresh)
+        extra["provider"], instance_types = operator.build_or_exit()
+    controller = Controller(api, options, instance_types, **extra)
+    if operator is not None:
+        operator.attach(controller)
     stop = threading.Event()
 
     def shutdown(signum: int, frame: FrameType | None) -> None:
@@ -187,6 +250,53 @@ def run_cmd(
         raise _fail(f"cannot listen on {bind_address}: {err}") from None
     if controller.lost_leadership or controller.crashed:
         raise typer.Exit(1)
+
+
+class _Operator:
+    """The AWS operator with start-up failures as one line and exit 2."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def build_or_exit(self) -> tuple[Any, Any]:
+        from providers.protocol import CloudProviderError
+
+        try:
+            return self.inner.build()  # type: ignore[no-any-return]
+        except (CloudProviderError, InputError) as err:
+            raise _fail(f"--provider aws: {err}") from None
+        except client.ApiException as err:
+            raise _fail(f"--provider aws: reading the API server's version: HTTP {err.status} {err.reason}"
+                        ) from None
+
+    def attach(self, controller: Any) -> None:
+        self.inner.attach(controller)
+
+
+def _aws_operator(api: client.ApiClient, namespace: str, shadow: bool, catalog: Path | None, instance_types: Any,
+                  cluster_name: str | None, cluster_endpoint: str | None, cluster_cidr: str, region: str | None,
+                  endpoint_url: str | None, queue: str, refresh: float) -> _Operator:
+    """Check what --provider aws needs (settings, RBAC for EC2NodeClasses), then build its operator."""
+    from providers.aws.cluster import PERMISSIONS
+    from providers.aws.operator import AWSOperator, AWSOptions
+
+    if shadow:
+        raise _fail("--shadow writes nothing, and --provider aws writes EC2NodeClass status: drop one of them")
+    for flag, value in (("--cluster-name (CLUSTER_NAME)", cluster_name),
+                        ("--cluster-endpoint (CLUSTER_ENDPOINT)", cluster_endpoint),
+                        ("--aws-region (AWS_REGION)", region)):
+        if not value:
+            raise _fail(f"--provider aws needs {flag}")
+    try:
+        missing = permissions.check(api, namespace, PERMISSIONS, leases=False)
+    except (client.ApiException, HTTPError, OSError) as err:
+        raise _fail(f"the API server refused the permission check: {err}") from None
+    if missing:
+        raise _fail(str(permissions.MissingPermissions(missing, "deploy/aws/values.yaml")))
+    options = AWSOptions(region=str(region), cluster_name=str(cluster_name), cluster_endpoint=str(cluster_endpoint),
+                         cluster_cidr=cluster_cidr, endpoint_url=endpoint_url, interruption_queue=queue,
+                         catalog_refresh=refresh, only={it.name for it in instance_types} if catalog else None)
+    return _Operator(AWSOperator(api, options))
 
 
 def crds_cmd(

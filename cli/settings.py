@@ -31,7 +31,8 @@ PREFIX = "NODEPLAN"
 #: option → Karpenter's environment variable of the same meaning (Karpenter's defaults equal nodeplan's:
 #: 10 s / 1 s batches, ports 8080 / 8081, Respect, info). Not mapped, because nodeplan has no equivalent:
 #: KUBE_CLIENT_QPS / KUBE_CLIENT_BURST (the Python client has no client-side rate limiter to set),
-#: DISABLE_LEADER_ELECTION (inverted meaning and a different default), MEMORY_LIMIT, CPU_REQUESTS,
+#: DISABLE_LEADER_ELECTION and IGNORE_DRA_REQUESTS (inverted meaning and a different default: a Karpenter chart's
+#: IGNORE_DRA_REQUESTS=true would switch nodeplan's DRA off; ``--no-dra`` says it), MEMORY_LIMIT, CPU_REQUESTS,
 #: MIN_VALUES_POLICY, SCHEDULER_CONFIG, LOG_OUTPUT_PATHS.
 KARPENTER_NAMES: Mapping[str, str] = {
     "batch_max": "BATCH_MAX_DURATION",
@@ -43,6 +44,9 @@ KARPENTER_NAMES: Mapping[str, str] = {
     "preference_policy": "PREFERENCE_POLICY",
     "leader_election_name": "LEADER_ELECTION_NAME",
     "leader_election_namespace": "LEADER_ELECTION_NAMESPACE",
+    "cluster_name": "CLUSTER_NAME",
+    "cluster_endpoint": "CLUSTER_ENDPOINT",
+    "interruption_queue": "INTERRUPTION_QUEUE",
 }
 
 #: ``NODEPLAN_`` variables the repository's tooling reads (hack/, tests): not settings, not unknown either
@@ -98,8 +102,11 @@ class LogLevel(StrEnum):
 KARPENTER_GATES: Mapping[str, bool] = {"NodeRepair": False, "ReservedCapacity": True,
                                        "SpotToSpotConsolidation": False, "NodeOverlay": False,
                                        "StaticCapacity": False, "CapacityBuffer": False}
+#: Kubernetes' gates nodeplan honours, with their defaults in Kubernetes 1.36 (DRA: GA, on)
+KUBERNETES_GATES: Mapping[str, bool] = {"DynamicResourceAllocation": True}
+KNOWN_GATES: Mapping[str, bool] = {**KARPENTER_GATES, **KUBERNETES_GATES}
 #: the gates nodeplan implements; the others are accepted (a Karpenter chart sets them) and have no effect
-IMPLEMENTED_GATES = frozenset({"SpotToSpotConsolidation"})
+IMPLEMENTED_GATES = frozenset({"SpotToSpotConsolidation", "DynamicResourceAllocation"})
 _TRUE, _FALSE = {"1", "t", "T", "TRUE", "true", "True"}, {"0", "f", "F", "FALSE", "false", "False"}
 
 
@@ -119,8 +126,8 @@ class FeatureGates:
             if not item:
                 continue
             name, sep, raw = (s.strip() for s in item.partition("="))
-            if not sep or name not in KARPENTER_GATES:
-                known = ", ".join(KARPENTER_GATES)
+            if not sep or name not in KNOWN_GATES:
+                known = ", ".join(KNOWN_GATES)
                 raise typer.BadParameter(f"unknown feature gate {item!r} (known: {known}; form Name=true)")
             if raw not in _TRUE | _FALSE:
                 raise typer.BadParameter(f"feature gate {name}: {raw!r} is not true or false")
@@ -128,11 +135,11 @@ class FeatureGates:
         return cls(gates)
 
     def enabled(self, name: str) -> bool:
-        return self.gates.get(name, KARPENTER_GATES[name])
+        return self.gates.get(name, KNOWN_GATES[name])
 
     def ignored(self) -> list[str]:
         """Gates set away from Karpenter's default that nodeplan does not implement (worth a warning)."""
-        return [n for n, on in self.gates.items() if n not in IMPLEMENTED_GATES and on != KARPENTER_GATES[n]]
+        return [n for n, on in self.gates.items() if n not in IMPLEMENTED_GATES and on != KNOWN_GATES[n]]
 
     def __str__(self) -> str:
         return ",".join(f"{n}={str(v).lower()}" for n, v in self.gates.items())

@@ -11,25 +11,21 @@ pending is always cheaper.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import yaml
 
+from cli.output import ReportFormat, emit, format_option, output_file_option
 from model.durations import parse_duration, parse_time
 from model.errors import InputError
+from reports.atomic import check_writable
 
 NODEPLAN, KARPENTER = "nodeplan", "karpenter"
-
-
-class ReportFormat(StrEnum):
-    markdown = "markdown"
-    json = "json"
 
 
 @dataclass(frozen=True)
@@ -200,14 +196,18 @@ def _bound(value: str | None, option: str, now: datetime) -> datetime | None:
     return datetime.fromtimestamp(now.timestamp() - seconds, UTC)
 
 
-def report_json(records: Records, window: tuple[datetime | None, datetime | None]) -> str:
+def report_data(records: Records, window: tuple[datetime | None, datetime | None]) -> dict[str, Any]:
     rows: Iterable[BatchRow] = records.batches
-    return json.dumps({"since": _stamp(window[0]) if window[0] else None,
+    return {"since": _stamp(window[0]) if window[0] else None,
                        "until": _stamp(window[1]) if window[1] else None, **summary(records),
                        "batchRecords": [{"time": _stamp(b.time), "pods": b.pods, NODEPLAN: b.nodeplan_cost,
                                          KARPENTER: b.karpenter_cost, "pending": {NODEPLAN: b.nodeplan_pending,
                                                                                   KARPENTER: b.karpenter_pending}}
-                                        for b in rows]}, indent=2) + "\n"
+                                        for b in rows]}
+
+
+def report_json(records: Records, window: tuple[datetime | None, datetime | None]) -> str:
+    return json.dumps(report_data(records, window), indent=2) + "\n"
 
 
 def shadow_report_cmd(
@@ -215,22 +215,25 @@ def shadow_report_cmd(
     since: Annotated[str | None, typer.Option("--since", help="From this RFC 3339 time, or this long ago (24h).")
                      ] = None,
     until: Annotated[str | None, typer.Option("--until", help="Up to this RFC 3339 time, or this long ago.")] = None,
-    fmt: Annotated[ReportFormat, typer.Option("--format", help="markdown or json.")] = ReportFormat.markdown,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the report here, not stdout.")] = None,
+    fmt: Annotated[ReportFormat, format_option(ReportFormat, "markdown for people and pull requests")
+                   ] = ReportFormat.markdown,
+    output_file: Annotated[Path | None, output_file_option("the report")] = None,
 ) -> None:
     """Summarise shadow mode's comparisons with the other provisioner over a time window.
 
-    Example: nodeplan shadow-report shadow.jsonl --since 24h --format markdown
+    Example: nodeplan shadow-report shadow.jsonl --since 24h -o markdown
     """
     now = datetime.now(UTC)
     try:
+        check_writable(output_file, "--output-file")
         window = (_bound(since, "--since", now), _bound(until, "--until", now))
         records = read_records(record, *window)
     except InputError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
-    text = markdown(records, window) if fmt is ReportFormat.markdown else report_json(records, window)
-    if output:
-        output.write_text(text, encoding="utf-8")
+    if fmt is ReportFormat.markdown:
+        emit(markdown(records, window), output_file)
+    elif fmt is ReportFormat.yaml:
+        emit(yaml.safe_dump(report_data(records, window), sort_keys=False), output_file)
     else:
-        sys.stdout.write(text)
+        emit(report_json(records, window), output_file)

@@ -1,1 +1,2 @@
-"""The thin layer that meets users: the typer CLI (and, later, the in-cluster controller)."""
+"""The in-cluster operator (``nodeplan run``): watch, batch, solve, launch, drain. The CLI is ``cli/``, reports are
+``reports/``; no placement is decided here."""

@@ -34,6 +34,7 @@ from controller.batch import is_bound, is_daemon_or_static, is_terminal, pod_key
 from controller.cache import ClusterCache
 from controller.conditions import conditions_of, is_true
 from controller.events import EventRecorder
+from controller.logs import get_logger
 from controller.metrics import Metrics
 from controller.offerings import UnavailableOfferings
 from controller.provisioner import GROUP, VERSION, Provisioner, claim_name, claim_node_name, nodeclaim_body
@@ -41,12 +42,12 @@ from model import labels as wk
 from model.disruption import DisruptionPlan
 from model.instancetype import InstanceType
 from model.nodepool import NodePool
-from model.snapshot import Snapshot, parse_objects
+from model.snapshot import Snapshot
 from solver.disruption.candidates import ClusterState, analyse
 from solver.disruption.consolidate import ConsolidateOptions
 from solver.disruption.plan import ConsolidationResult, consolidate
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 PLURAL = "nodeclaims"
 #: on replacement NodeClaims: the nodes they replace (for people reading ``kubectl get nodeclaims -o yaml``)
@@ -121,11 +122,11 @@ class KubeWriter:
     def taint(self, node: str) -> None:
         self._set_taints(node, lambda taints: taints if any(_is_disrupted(t) for t in taints)
                          else [*taints, {"key": wk.DISRUPTED_TAINT, "effect": "NoSchedule"}])
-        log.info("node %s tainted %s:NoSchedule", node, wk.DISRUPTED_TAINT)
+        log.info(f"tainted node {wk.DISRUPTED_TAINT}:NoSchedule", node=node)
 
     def untaint(self, node: str) -> None:
         self._set_taints(node, lambda taints: [t for t in taints if not _is_disrupted(t)])
-        log.info("node %s untainted", node)
+        log.info("untainted node", node=node)
 
     def create_claim(self, body: dict[str, Any]) -> None:
         try:
@@ -155,8 +156,16 @@ class DisruptionMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.decisions = Counter("karpenter_voluntary_disruption_decisions", "Disruption decisions carried out",
                                  ["decision", "reason", "consolidation_type"], registry=registry)
-        self.disrupted = Counter("karpenter_nodeclaims_disrupted", "NodeClaims deleted by a disruption decision",
-                                 ["reason", "nodepool", "capacity_type"], registry=registry)
+        self.disrupted = Counter("karpenter_nodeclaims_disrupted", "Number of nodeclaims disrupted in total by "
+                                 "Karpenter. Labeled by reason the nodeclaim was disrupted, the owning nodepool, the "
+                                 "capacity type, the consolidation policy, and the termination mode.",
+                                 ["reason", "nodepool", "capacity_type", "consolidation_policy", "termination_mode"],
+                                 registry=registry)
+        self.decisions_by_nodepool = Counter(
+            "karpenter_voluntary_disruption_decisions_by_nodepool", "Number of disruption decisions performed by "
+            "nodepool. Labeled by nodepool name, disruption decision, reason, and consolidation type.",
+            ["nodepool", "decision", "reason", "consolidation_type"], registry=registry)
+        self.passes: Callable[[float, bool], None] | None = None
         self.eligible = Gauge("karpenter_voluntary_disruption_eligible_nodes",
                               "Nodes consolidation may remove, by reason (last pass)", ["reason"], registry=registry)
         self.evaluation = Histogram("karpenter_voluntary_disruption_decision_evaluation_duration_seconds",
@@ -323,11 +332,19 @@ class Disruption:
     # -- one pass -----------------------------------------------------------------------------------------
     def step(self) -> PassRecord:
         started = time.monotonic()
-        record = self._step(started)
+        try:
+            record = self._step(started)
+        except Exception:
+            if self._metrics is not None and self._metrics.passes is not None:
+                self._metrics.passes(time.monotonic() - started, True)
+            raise
         record.seconds = time.monotonic() - started
+        if self._metrics is not None and self._metrics.passes is not None:
+            self._metrics.passes(record.seconds, False)
         self.history.append(record)
         level = logging.INFO if record.outcome not in ("busy", "nothing") else logging.DEBUG
-        log.log(level, "consolidation pass: %s%s", record.outcome, f" ({record.detail})" if record.detail else "")
+        log.log(level, f"consolidation pass: {record.outcome}" + (f" ({record.detail})" if record.detail else ""),
+                **({"node": ",".join(record.removed)} if record.removed else {}))
         return record
 
     def _step(self, started: float) -> PassRecord:
@@ -351,7 +368,9 @@ class Disruption:
                     blocked[node.blocked.split(" ")[0]] = blocked.get(node.blocked.split(" ")[0], 0) + 1
             return PassRecord(started, "nothing", plan.solver.status, plan=plan, blocked=blocked)
         decision = self._decision(result, snapshot)
-        log.info("consolidation decision: %s; validating in %.0fs", decision.describe(), self.options.validation_wait)
+        log.info(f"consolidation decision: {decision.describe()}; validating in {self.options.validation_wait:.0f}s",
+                 node=",".join(r.node for r in decision.plan.remove),
+                 nodepool=",".join(sorted({r.node_pool for r in decision.plan.remove})))
         if not self._wait(self.options.validation_wait):
             return PassRecord(started, "stopped", "before validation", plan=plan)
         why = self._revalidate(decision) or self.busy()
@@ -409,6 +428,9 @@ class Disruption:
         if self._metrics is not None:
             reason = decision.plan.remove[0].reason
             self._metrics.decisions.labels(decision.kind, reason, decision.consolidation_type).inc()
+            for pool in sorted({r.node_pool for r in decision.plan.remove}):
+                self._metrics.decisions_by_nodepool.labels(pool, decision.kind, reason,
+                                                           decision.consolidation_type).inc()
         self._event_on_pools(decision, "Normal", "Consolidated", decision.describe())
         return PassRecord(started, "disrupted", decision.describe(), plan=decision.plan, removed=nodes,
                           replacements=list(decision.replacements))
@@ -450,7 +472,8 @@ class Disruption:
             generation = self._cache.wait_for_change(generation, min(1.0, max(0.0, deadline - time.monotonic())))
 
     def _abandon(self, started: float, decision: Decision, cause: str, why: str, *, tainted: bool) -> PassRecord:
-        log.info("consolidation decision abandoned (%s): %s", cause, why)
+        log.info(f"consolidation decision abandoned ({cause}): {why}",
+                 node=",".join(r.node for r in decision.plan.remove))
         if tainted:
             for name in decision.replacements:
                 self._writer.delete_claim(name)
@@ -469,14 +492,16 @@ class Disruption:
         pass. Nodes without a NodeClaim are someone else's: left alone."""
         claims = self._cache.items("NodeClaim")
         managed = {claim_node_name(c) for c in claims}
-        deleting = {claim_node_name(c) for c in claims if (c.get("metadata") or {}).get("deletionTimestamp")}
+        # an interrupted claim's node stays tainted while its replacements launch (``controller.interruption``)
+        deleting = {claim_node_name(c) for c in claims if (c.get("metadata") or {}).get("deletionTimestamp")
+                    or "nodeplan.io/interrupted" in ((c.get("metadata") or {}).get("annotations") or {})}
         for node in self._cache.items("Node"):
             meta = node.get("metadata") or {}
             name = str(meta.get("name"))
             if meta.get("deletionTimestamp") or name in deleting or name not in managed:
                 continue
             if any(_is_disrupted(t) for t in (node.get("spec") or {}).get("taints") or []):
-                log.info("node %s carries a stale %s taint; removing it", name, wk.DISRUPTED_TAINT)
+                log.info(f"node carries a stale {wk.DISRUPTED_TAINT} taint; removing it", node=name)
                 self._writer.untaint(name)
 
     # -- observability ------------------------------------------------------------------------------------
@@ -500,7 +525,12 @@ class Disruption:
         removal = next(r for r in decision.plan.remove if r.node == node)
         raw = next((n for n in self._cache.items("Node") if (n.get("metadata") or {}).get("name") == node), {})
         capacity = ((raw.get("metadata") or {}).get("labels") or {}).get(wk.CAPACITY_TYPE, "")
-        self._metrics.disrupted.labels(removal.reason, removal.node_pool, capacity).inc()
+        pool = next((p for p in self._cache.items("NodePool")
+                     if (p.get("metadata") or {}).get("name") == removal.node_pool), {})
+        policy = ((pool.get("spec") or {}).get("disruption") or {}).get("consolidationPolicy",
+                                                                         "WhenEmptyOrUnderutilized")
+        # graceful: drained respecting PDBs until the claim's terminationGracePeriod (Karpenter's label values)
+        self._metrics.disrupted.labels(removal.reason, removal.node_pool, capacity, policy, "graceful").inc()
 
     def _event_on_candidate(self, decision: Decision, node: str, kind: str, reason: str, message: str) -> None:
         if self._events is None:
@@ -527,7 +557,7 @@ def snapshot_source(objects: Callable[[], list[dict[str, Any]]], cache: ClusterC
 
     def build() -> Snapshot:
         pdbs = cache.items("PodDisruptionBudget") if "PodDisruptionBudget" in cache.informers else []
-        return parse_objects([*objects(), *pdbs], source="cluster").with_catalog(catalog())
+        return cache.snapshot([*objects(), *pdbs]).with_catalog(catalog())
 
     return build
 
@@ -543,10 +573,10 @@ def for_controller(api: client.ApiClient, cache: ClusterCache, provisioner: Prov
 
     def created(body: dict[str, Any]) -> None:
         labels = body["metadata"]["labels"]
-        metrics.nodeclaims_created.labels("consolidation", labels.get(wk.NODEPOOL, ""),
-                                          labels.get(wk.INSTANCE_TYPE, ""), labels.get(wk.CAPACITY_TYPE, ""),
-                                          labels.get(wk.ZONE, "")).inc()
+        metrics.nodeclaims_created.labels("consolidation", labels.get(wk.NODEPOOL, ""), "false").inc()
 
     snapshot = snapshot_source(lambda: provisioner.snapshot_objects({}), cache, lambda: unavailable.apply(catalog))
+    observed = DisruptionMetrics(metrics.registry)
+    observed.passes = lambda seconds, failed: metrics.reconciled("disruption", seconds, error=failed)
     return Disruption(cache, KubeWriter(api, cache), snapshot, options=options, events=events,
-                      metrics=DisruptionMetrics(metrics.registry), unplaceable=unplaceable, on_created=created)
+                      metrics=observed, unplaceable=unplaceable, on_created=created)

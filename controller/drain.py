@@ -14,7 +14,6 @@ NodeClaim's ``terminationGracePeriod``) pods are deleted directly, PDBs or not.
 
 from __future__ import annotations
 
-import logging
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -25,9 +24,10 @@ from kubernetes import client
 
 from controller.batch import is_daemon_or_static, is_terminal, pod_key
 from controller.cache import ClusterCache
+from controller.logs import get_logger, pod_fields
 from model.labels import DISRUPTED_TAINT
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 CRITICAL_PRIORITY_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -149,10 +149,10 @@ class Drainer:
             if err.status == 404:
                 return "gone"
             if err.status == 429 or (err.status == 500 and "DisruptionBudget" in str(err.body or "")):
-                log.info("eviction of %s/%s refused by a PodDisruptionBudget; retrying later", namespace, name)
+                log.info("eviction refused by a PodDisruptionBudget; retrying later", **pod_fields(pod))
                 return "blocked"
             raise
-        log.info("evicted pod %s/%s from node %s", namespace, name, (pod.get("spec") or {}).get("nodeName"))
+        log.info("evicted pod", **pod_fields(pod))
         return "evicted"
 
     def _delete(self, pod: Mapping[str, Any]) -> str:
@@ -164,7 +164,7 @@ class Drainer:
             if err.status == 404:
                 return "gone"
             raise
-        log.info("deleted pod %s/%s: its node's termination grace period is over", namespace, name)
+        log.info("deleted pod: its node's termination grace period is over", **pod_fields(pod))
         return "deleted"
 
     def _forget(self) -> None:

@@ -17,12 +17,12 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from kubernetes import client
 
 from controller.cache import ClusterCache
 from controller.conditions import conditions_of
+from model.durations import epoch
 from model.nodepool import NodeClaim
 from providers.protocol import CloudProvider, NodeClaimNotFoundError
 
@@ -30,14 +30,6 @@ log = logging.getLogger(__name__)
 
 GROUP, VERSION, PLURAL = "karpenter.sh", "v1", "nodeclaims"
 
-
-def _epoch(stamp: str | None) -> float | None:
-    if not stamp:
-        return None
-    try:
-        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).astimezone(UTC).timestamp()
-    except ValueError:
-        return None
 
 
 @dataclass
@@ -75,7 +67,7 @@ class GarbageCollector:
         result = CollectionResult()
         for instance in instances:
             pid = instance.status.provider_id
-            launched = _epoch(instance.metadata.creation_timestamp)
+            launched = epoch(instance.metadata.creation_timestamp)
             if pid in known or launched is None or now - launched < self.grace:
                 continue
             self._terminate(instance, result)
@@ -108,7 +100,7 @@ class GarbageCollector:
         assert isinstance(meta, dict) and isinstance(status, dict)
         pid = str(status.get("providerID") or "")
         launched = conditions_of(raw).get("Launched") or {}
-        since = _epoch(launched.get("lastTransitionTime"))
+        since = epoch(launched.get("lastTransitionTime"))
         if (not pid or pid in listed or meta.get("deletionTimestamp") or launched.get("status") != "True"
                 or since is None or now - since < self.grace):
             return

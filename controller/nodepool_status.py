@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -98,6 +98,9 @@ class Ownership:
 
     selector: LabelSelector | None = None
     node_classes: tuple[NodeClassKind, ...] | None = None
+    #: why a served node class (by name) cannot launch now ('' when it can: the provider's
+    #: ``nodeclass_problem``, e.g. an EC2NodeClass whose selectors match nothing); its pools are not provisioned
+    class_problem: Callable[[str], str] | None = None
 
     def selects(self, raw: Mapping[str, Any]) -> bool:
         labels = (raw.get("metadata") or {}).get("labels") or {}
@@ -114,6 +117,18 @@ class Ownership:
 
     def owns(self, raw: Mapping[str, Any]) -> bool:
         return self.selects(raw) and self.unserved_class(raw) is None
+
+    def not_ready(self, raw: Mapping[str, Any]) -> str:
+        """Why the pool's (served) node class cannot launch now, '' when it can."""
+        ref = node_class_ref(raw)
+        if self.class_problem is None or not ref or self.unserved_class(raw) is not None:
+            return ""
+        return self.class_problem(str(ref.get("name") or ""))
+
+    def provisions(self, raw: Mapping[str, Any]) -> bool:
+        """Owned, and its node class ready: new NodeClaims may be planned for it (its existing ones are still
+        managed — terminated, collected — whatever its class's state)."""
+        return self.owns(raw) and not self.not_ready(raw)
 
     def owned_pools(self, pools: Iterable[Mapping[str, Any]]) -> set[str]:
         return {str((p.get("metadata") or {}).get("name")) for p in pools if self.owns(p)}
@@ -162,8 +177,11 @@ def desired_status(raw: Mapping[str, Any], claims: Iterable[Mapping[str, Any]],
     nodeclass = (("False", "NodeClassNotSupported", f"nodeClassRef {unserved} is served by no configured provider "
                   f"(served: {ownership.served()}); no node is launched for this NodePool")
                  if unserved else ("True", NODECLASS_READY, ""))
+    problem = ownership.not_ready(raw) if not unserved else ""
+    if problem:
+        nodeclass = ("False", "NodeClassNotReady", f"{problem}; no node is launched for this NodePool")
     ready = (("False", "NodePoolValidationFailed", error) if error is not None
-             else (nodeclass if unserved else ("True", "Ready", "")))
+             else (nodeclass if unserved or problem else ("True", "Ready", "")))
     ours = {VALIDATION: ("True", VALIDATION, "") if error is None else ("False", "NodePoolValidationFailed", error),
             NODECLASS_READY: nodeclass, "Ready": ready}
     conditions = []
@@ -204,7 +222,8 @@ class NodePoolStatusWriter:
         self._events = events
         self._ownership = ownership
         self.invalid: dict[str, str] = {}
-        #: selected NodePools skipped because no provider serves their node class: name → the class
+        #: selected NodePools skipped because no provider serves their node class (name → the class), or because
+        #: their node class is not ready (name → why)
         self.unserved: dict[str, str] = {}
 
     def reconcile(self) -> int:
@@ -224,6 +243,11 @@ class NodePoolStatusWriter:
                 if self.unserved.get(name) != node_class:
                     log.warning("NodePool %s skipped: no configured provider serves its nodeClassRef %s", name,
                                 node_class)
+            ready = next(c for c in desired["conditions"] if c["type"] == NODECLASS_READY)
+            if ready["reason"] == "NodeClassNotReady":
+                unserved[name] = ready["message"]
+                if self.unserved.get(name) != ready["message"]:
+                    log.warning("NodePool %s skipped: %s", name, ready["message"])  # once per new reason
             validation = next(c for c in desired["conditions"] if c["type"] == VALIDATION)
             if validation["status"] == "False":
                 invalid[name] = validation["message"]

@@ -11,7 +11,6 @@ step, then releases the Lease.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -20,8 +19,9 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes import client, config
 
@@ -121,6 +121,15 @@ def own_namespace() -> str:
         return "default"
 
 
+class PeriodicTask(Protocol):
+    """Work the leader does every ``interval`` seconds beside the loops (``Controller.add_task``)."""
+
+    name: str
+    interval: float
+
+    def step(self) -> None: ...
+
+
 class ObservedProvider:
     """The cloud provider, with an Event on the NodeClaim for every launch and a metric for every failed call
     (``karpenter_cloudprovider_errors_total``); everything else is passed through."""
@@ -205,24 +214,30 @@ class Controller:
         self.identity = self.options.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
         if catalog is None:
             catalog = provider.instance_types() if provider is not None else kwok_catalog()
-        catalog = tuple(catalog)
+        #: the instance types every planner reads; ``use_catalog`` replaces them in place (the periodic refresh)
+        self.catalog: list[InstanceType] = list(catalog)
+        catalog = self.catalog
         if self.options.shadow and self.options.leader_elect:
             raise ValueError("shadow mode elects no leader: a Lease is a write")
-        self.cache = ClusterCache(resources(api))
+        self.cache = ClusterCache(resources(api, dra=self.options.provisioner.dra))
         self.synced = threading.Event()
         self.metrics = Metrics(self.cache, self.synced.is_set)
+        self.metrics.instrument(api)
         self.events = EventRecorder(api, instance=self.identity, dedup_window=self.options.event_dedup_window)
         self.events.on_record = lambda kind, reason: self.metrics.events.labels(kind, reason).inc()
         self.unavailable = UnavailableOfferings()
+        self.metrics.watch_offerings(lambda: self.unavailable.apply(catalog))
         inner = provider or KwokProvider(api, catalog)
-        self.ownership = Ownership(self.options.nodepool_selector, tuple(inner.supported_node_classes()))
+        # a provider may say why a node class cannot launch now (AWS: selectors that match nothing, IAM)
+        self.ownership = Ownership(self.options.nodepool_selector, tuple(inner.supported_node_classes()),
+                                   getattr(inner, "nodeclass_problem", None))
         #: what the writing parts see: only the NodeClaims of the NodePools this nodeplan owns
         self.owned = FilteredCache(self.cache, self._owned_object)
         self.provisioner = Provisioner(api, self.cache, catalog, self.options.provisioner,
-                                       unavailable=self.unavailable, owns=self.ownership.owns)
+                                       unavailable=self.unavailable, owns=self.ownership.provisions)
         self.provider = ObservedProvider(inner, self.events, self.metrics, self._owned_pool)
         self.lifecycle = Lifecycle(api, self.owned, self.provider, bind_grace=self.options.provisioner.bind_grace,
-                                   unavailable=self.unavailable)
+                                   unavailable=self.unavailable, metrics=self.metrics)
         self.garbage = GarbageCollector(api, self.owned, self.provider, grace=self.options.gc_grace,
                                         interval=self.options.gc_interval)
         self.nodepool_status = NodePoolStatusWriter(api, self.cache, self.events, self.ownership)
@@ -251,7 +266,18 @@ class Controller:
         self.errors: list[str] = []
         self._halt = threading.Event()
         self._ticks: dict[str, float] = {}
-        self._claims_seen: dict[str, str] | None = None
+        self._claims_seen: dict[str, tuple[str, ...]] | None = None
+        #: periodic tasks the leader runs beside the loops (``add_task``): a provider's interruption queue,
+        #: node class status, catalog refresh
+        self.tasks: list[PeriodicTask] = []
+
+    def add_task(self, task: PeriodicTask) -> None:
+        self.tasks.append(task)
+
+    def use_catalog(self, catalog: Sequence[InstanceType]) -> None:
+        """Plan, consolidate and compare with these instance types from now on."""
+        self.catalog[:] = list(catalog)
+        self.provisioner.use_catalog(self.catalog)
 
     # -- probes -------------------------------------------------------------------------------------------
     @property
@@ -306,6 +332,8 @@ class Controller:
                 (("shadow", self._shadow_loop),) if self.options.shadow else
                 (("provisioning", self._provisioning_loop), ("lifecycle", self._lifecycle_loop),
                  ("disruption", self._disruption_loop)))
+            if not self.options.shadow:
+                loops += tuple((task.name, partial(self._task_loop, task)) for task in self.tasks)
             workers = [threading.Thread(target=self._guard, args=(loop,), name=name, daemon=True)
                        for name, loop in loops if name != "disruption" or self.options.disruption.enabled]
             for worker in workers:
@@ -337,7 +365,7 @@ class Controller:
     def _serve(self) -> Servers | None:
         if self.options.metrics_port is None and self.options.health_port is None:
             return None
-        servers = Servers(Endpoints(self.healthy, self.ready, self.metrics.exposition),
+        servers = Servers(Endpoints(self.healthy, self.ready, self.metrics.render),
                           metrics_port=self.options.metrics_port, health_port=self.options.health_port,
                           bind=self.options.bind_address)
         servers.start()
@@ -380,11 +408,13 @@ class Controller:
             try:
                 record = self.provisioner.provision(pending)
             except Exception as err:
+                self.metrics.reconciled(CONTROLLER, time.monotonic() - started, error=True, depth=len(pending))
                 log.exception("provisioning failed; retrying the batch")
                 self.errors.append(f"{type(err).__name__}: {err}")
                 self._halt.wait(1.0)
                 continue
             self.metrics.scheduling_duration.labels(CONTROLLER).observe(time.monotonic() - started)
+            self.metrics.reconciled(CONTROLLER, time.monotonic() - started, depth=len(pending))
             self._observe_batch(record, pending)
             # pods the plan could not place, or placed in room left on existing nodes (the scheduler binds
             # them there), reopen the window only once they change (e.g. the scheduler reports them again)
@@ -425,7 +455,13 @@ class Controller:
                     self.errors.append(f"{type(err).__name__}: {err}")
 
     def _owned_pool(self, name: str) -> bool:
-        return name in self.ownership.owned_pools(self.cache.items("NodePool"))
+        pools = self.cache.items("NodePool")
+        if name in self.ownership.owned_pools(pools):
+            return True
+        # a deleted NodePool's NodeClaims and instances still have to be terminated: ours, unless a selector says
+        # another provisioner shares the cluster (whose deleted pools are not ours to clean up)
+        return self.options.nodepool_selector is None and name not in {
+            str((p.get("metadata") or {}).get("name")) for p in pools}
 
     def _owned_object(self, kind: str, obj: Mapping[str, Any]) -> bool:
         """NodeClaims of NodePools this nodeplan owns; everything else as it is."""
@@ -442,10 +478,12 @@ class Controller:
         self.metrics.unschedulable.labels(CONTROLLER).set(len(plan.unschedulable))
         self.metrics.plan_cost.set(plan.cost.total)
         self.metrics.plan_lower_bound.set(plan.cost.lower_bound)
+        self.metrics.plan_cost_sum.inc(plan.cost.total)
+        if plan.cost.greedy is not None:
+            self.metrics.plan_greedy_cost.set(plan.cost.greedy)
+            self.metrics.plan_greedy_cost_sum.inc(plan.cost.greedy)
         for name in record.created:
-            planned = record.claims[name]
-            self.metrics.nodeclaims_created.labels("provisioning", planned.node_pool, planned.instance_type,
-                                                   planned.capacity_type, planned.zone).inc()
+            self.metrics.nodeclaims_created.labels("provisioning", record.claims[name].node_pool, "false").inc()
         for name, planned in record.claims.items():
             for key in planned.pods:
                 if key in pending:
@@ -472,6 +510,7 @@ class Controller:
             generation = self._wait_for_change(generation, self.options.resync)
             if self._halt.is_set():
                 return
+            started = time.monotonic()
             try:
                 self.lifecycle.reconcile_all()
                 if self.garbage.due():
@@ -479,10 +518,33 @@ class Controller:
                 self.nodepool_status.reconcile()
                 self.metrics.nodepools_invalid.set(len(self.nodepool_status.invalid))
                 self._count_terminated()
+                if self.metrics.state is not None:
+                    self.metrics.state.refresh(at_most_every=5.0)  # pod startup and bind transitions, scraped or not
+                self.metrics.reconciled("nodeclaim.lifecycle", time.monotonic() - started,
+                                        depth=self.lifecycle.unfinished())
             except Exception as err:
+                self.metrics.reconciled("nodeclaim.lifecycle", time.monotonic() - started, error=True)
                 log.exception("NodeClaim lifecycle pass failed")
                 self.errors.append(f"{type(err).__name__}: {err}")
                 self._halt.wait(1.0)
+
+    def _task_loop(self, task: PeriodicTask) -> None:
+        """One periodic task: a failed step is logged and retried at the next interval, never fatal (a cloud
+        API that throttles or refuses must not stop provisioning)."""
+        if getattr(task, "initial_delay", False) and self._halt.wait(task.interval):
+            return
+        while not self._halt.is_set():
+            self._ticks[task.name] = time.monotonic()  # a step that wedges shows in /healthz; the wait does not
+            try:
+                task.step()
+            except Exception as err:
+                self._ticks.pop(task.name, None)
+                log.warning("%s failed: %s: %s", task.name, type(err).__name__, err)
+                self.errors.append(f"{type(err).__name__}: {err}")
+                self._halt.wait(max(1.0, min(task.interval, 30.0)))
+                continue
+            self._ticks.pop(task.name, None)
+            self._halt.wait(max(0.05, task.interval))
 
     def _wait_for_change(self, generation: int, timeout: float) -> int:
         """The cache's wait, in short slices so a stop (or a lost Lease) is noticed within half a second."""
@@ -499,36 +561,16 @@ class Controller:
     def _count_terminated(self) -> None:
         """NodeClaims that were in the cache last pass and are gone now were terminated."""
         current = {str((c.get("metadata") or {}).get("name")):
-                   ((c.get("metadata") or {}).get("labels") or {}).get(wk.NODEPOOL, "")
+                   tuple(((c.get("metadata") or {}).get("labels") or {}).get(key, "")
+                         for key in (wk.NODEPOOL, wk.CAPACITY_TYPE, wk.ZONE))
                    for c in self.cache.items("NodeClaim")}
         if self._claims_seen is not None:
-            for name, pool in self._claims_seen.items():
+            for name, where in self._claims_seen.items():
                 if name not in current:
-                    self.metrics.nodeclaims_terminated.labels(pool).inc()
+                    self.metrics.nodeclaims_terminated.labels(*where).inc()
         self._claims_seen = current
 
 
 def _spec_version(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('name')}@{meta.get('generation') or meta.get('resourceVersion')}"
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message (and the exception, if any)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {"ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"), "level": record.levelname.lower(),
-                               "logger": record.name, "msg": record.getMessage()}
-        if record.exc_info:
-            out["error"] = self.formatException(record.exc_info)
-        return json.dumps(out)
-
-
-def configure_logging(level: str = "INFO") -> None:
-    handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    logging.getLogger("urllib3").setLevel(logging.WARNING)
-    logging.getLogger("kubernetes").setLevel(logging.WARNING)

@@ -35,6 +35,7 @@ from controller.cache import ClusterCache
 from controller.metrics import Metrics
 from controller.provisioner import Provisioner, claim_node_name
 from model import labels as wk
+from model.durations import epoch
 from model.instancetype import InstanceType
 from model.snapshot import Snapshot
 from solver.disruption.consolidate import ConsolidateOptions
@@ -59,14 +60,6 @@ class ShadowOptions:
     spot_to_spot: bool = False
 
 
-def _epoch(stamp: Any) -> float | None:
-    if not stamp:
-        return None
-    try:
-        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
 
 def _iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -77,7 +70,7 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _created(obj: Mapping[str, Any]) -> float | None:
-    return _epoch(_meta(obj).get("creationTimestamp"))
+    return epoch(_meta(obj).get("creationTimestamp"))
 
 
 class Prices:

@@ -17,7 +17,6 @@ instance is gone, and its ``karpenter.sh/termination`` finalizer released.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, cast
@@ -27,12 +26,14 @@ from kubernetes import client
 from controller.cache import ClusterCache
 from controller.conditions import conditions_of, with_condition
 from controller.drain import Drainer, DrainStatus, parse_duration
+from controller.logs import claim_fields, get_logger
+from controller.metrics import Metrics
 from controller.provisioner import TERMINATION_FINALIZER
 from model import labels as wk
 from model.nodepool import NodeClaim
 from providers.protocol import CloudProvider, NodeClaimNotFoundError
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 FINALIZER = TERMINATION_FINALIZER
 GROUP, VERSION, PLURAL = "karpenter.sh", "v1", "nodeclaims"
@@ -56,9 +57,14 @@ def drain_deadline(raw: Mapping[str, Any]) -> float | None:
     try:
         return deleted + parse_duration(str(grace))
     except ValueError:
-        log.warning("NodeClaim %s: ignoring invalid terminationGracePeriod %r",
-                    (raw.get("metadata") or {}).get("name"), grace)
+        log.warning(f"ignoring invalid terminationGracePeriod {grace!r}", **claim_fields(raw))
         return None
+
+
+def disruption_reason(raw: Mapping[str, Any]) -> str:
+    """Karpenter's ``reason`` of a drain: the claim's DisruptionReason condition, else a forceful termination."""
+    cond = conditions_of(raw).get("DisruptionReason") or {}
+    return str(cond.get("reason") or "") if cond.get("status") == "True" else "Forceful Termination"
 
 
 def claim_node_name(raw: Mapping[str, Any]) -> str:
@@ -74,12 +80,17 @@ class Terminator:
     """Moves deleting NodeClaims towards removal, one idempotent write (or drain step) per pass."""
 
     def __init__(self, api: client.ApiClient, cache: ClusterCache, provider: CloudProvider,
-                 drainer: Drainer | None = None) -> None:
+                 drainer: Drainer | None = None, *, metrics: Metrics | None = None) -> None:
         self._core = client.CoreV1Api(api)
         self._custom = client.CustomObjectsApi(api)
         self._cache = cache
         self._provider = provider
-        self.drainer = drainer or Drainer(api, cache)
+        self._metrics = metrics
+        self.drainer = drainer or Drainer(api, cache, on_eviction=metrics.evicted if metrics is not None else None)
+        #: the Node each terminating claim had when last seen (its termination is counted once it is gone)
+        self._nodes_seen: dict[str, Mapping[str, Any]] = {}
+        #: claims whose Node had pods drained (``karpenter_nodes_drained_total`` counts their Nodes once gone)
+        self._drained: set[str] = set()
         #: the last drain step per claim (tests and, later, events / metrics read it)
         self.last_status: dict[str, DrainStatus] = {}
 
@@ -92,12 +103,17 @@ class Terminator:
         node = nodes.get(claim_node_name(raw))
         writes = 0
         if node is not None:
+            self._nodes_seen[name] = node
             if not has_disrupted_taint(node):
                 self._taint(node)
                 writes += 1
             status = self.drainer.drain(claim_node_name(raw), force_after=drain_deadline(raw))
             self.last_status[name] = status
             writes += len(status.evicted)
+            if status.evicted:
+                self._drained.add(name)
+                if self._metrics is not None:
+                    self._metrics.node_drained(raw, len(status.evicted), disruption_reason(raw))
             if not status.drained:
                 message = f"{len(status.remaining)} pod(s) left, {len(status.blocked)} refused by a PDB"
                 writes += self._set_condition(raw, "False", "Draining", message)
@@ -114,7 +130,10 @@ class Terminator:
                 return writes + 1  # the instance goes; the next pass (after the watch shows the Node gone) goes on
         self._remove_finalizer(raw)
         self.last_status.pop(name, None)
-        log.info("NodeClaim %s terminated", name)
+        if self._metrics is not None:
+            self._metrics.claim_terminated(raw, self._nodes_seen.pop(name, None), name in self._drained)
+        self._drained.discard(name)
+        log.info("terminated nodeclaim", **claim_fields(raw))
         return writes + 1
 
     def delete_claim_of_deleted_node(self, raw: Mapping[str, Any], node: Mapping[str, Any] | None) -> int:
@@ -127,7 +146,8 @@ class Terminator:
         except client.ApiException as err:
             if err.status != 404:
                 raise
-        log.info("NodeClaim %s deleted: its node %s", name, "is being deleted" if node is not None else "is gone")
+        log.info("deleted nodeclaim: its node " + ("is being deleted" if node is not None else "is gone"),
+                 **claim_fields(raw), node=claim_node_name(raw))
         return 1
 
     def _taint(self, node: Mapping[str, Any]) -> None:
@@ -135,7 +155,7 @@ class Terminator:
         patch = [{"op": "replace" if (node.get("spec") or {}).get("taints") is not None else "add",
                   "path": "/spec/taints", "value": [*taints, {"key": wk.DISRUPTED_TAINT, "effect": "NoSchedule"}]}]
         self._core.patch_node(node["metadata"]["name"], patch)
-        log.info("node %s tainted %s:NoSchedule", node["metadata"]["name"], wk.DISRUPTED_TAINT)
+        log.info(f"tainted node {wk.DISRUPTED_TAINT}:NoSchedule", node=node["metadata"]["name"])
 
     def _set_condition(self, raw: dict[str, Any], status: str, reason: str, message: str) -> int:
         current = conditions_of(raw).get("Drained") or {}
@@ -167,7 +187,7 @@ class Terminator:
             except client.ApiException as err:
                 if err.status not in (404, 409, 422):
                     raise
-        log.info("node %s deleted: its instance is gone", name)
+        log.info("deleted node: its instance is gone", node=name)
 
     def _remove_finalizer(self, raw: Mapping[str, Any]) -> None:
         finalizers = list((raw.get("metadata") or {}).get("finalizers") or [])

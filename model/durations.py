@@ -37,3 +37,9 @@ def parse_time(text: str) -> datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def epoch(text: object) -> float | None:
+    """An RFC 3339 timestamp as seconds since the epoch (``parse_time``); ``None`` when empty or unreadable."""
+    parsed = parse_time(str(text)) if text else None
+    return parsed.timestamp() if parsed is not None else None

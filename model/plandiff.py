@@ -1,6 +1,6 @@
 """PlanDiff: what a change to NodePools or workloads does to the nodes nodeplan would launch.
 
-The JSON schema of ``nodeplan diff --format json`` (camelCase, like every nodeplan document)::
+The JSON schema of ``nodeplan diff -o json`` (camelCase, like every nodeplan document)::
 
     {"kind": "PlanDiff", "apiVersion": "nodeplan.io/v1alpha1",
      "verdict": "unchanged|changed|cheaper|costlier|regression",

@@ -1,7 +1,7 @@
 """``nodeplan diff``: load two sides (snapshot, saved plan or manifests), solve them, and compare the plans.
 
 A side is read as
-- a **saved plan** when the file is one ``ProvisioningPlan`` document (``nodeplan solve -o``);
+- a **saved plan** when the file is one ``ProvisioningPlan`` document (``nodeplan solve --output-file``);
 - **manifests** when it is a directory, or a file of workloads with nothing only a live cluster has
   (``helm template`` / ``kustomize build`` output; see ``model.manifests.looks_like_manifests``);
 - a **snapshot** otherwise (``kubectl get -o yaml`` output);

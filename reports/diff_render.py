@@ -66,14 +66,15 @@ def render_diff_terminal(diff: PlanDiff, console: Console) -> None:
         console.print(f"[bold red]Gate failed:[/] {terminal(failure)}")
     table = Table(title="Summary")
     for column, justify in (("", "left"), ("base", "right"), ("head", "right"), ("change", "right")):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for row in summary_rows(diff):
         table.add_row(*(terminal(cell) for cell in row))
     console.print(table)
     if diff.nodes:
         nodes = Table(title="Node changes")
         for column in ("NodePool", "instance type", "zone", "capacity", "base", "head", "change", "$/h change"):
-            nodes.add_column(column, justify="left" if column in ("NodePool", "instance type", "zone") else "right")
+            nodes.add_column(column, justify="left" if column in ("NodePool", "instance type", "zone") else "right",
+                             overflow="fold")
         for c in diff.nodes:
             colour = "green" if c.delta < 0 else "red"
             nodes.add_row(terminal(c.node_pool), terminal(c.instance_type), terminal(c.zone),

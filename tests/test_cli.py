@@ -21,7 +21,7 @@ def _run(*args: str) -> tuple[int, str, str]:
 
 def test_solve_writes_a_plan_that_verify_accepts(tmp_path: Path) -> None:
     out = tmp_path / "plan.json"
-    code, stdout, _ = _run("solve", str(EXAMPLE), "--time-limit", "5", "--format", "json", "-o", str(out))
+    code, stdout, _ = _run("solve", str(EXAMPLE), "--time-limit", "5", "-o", "json", "--output-file", str(out))
     assert code == 0 and stdout == ""
     plan = json.loads(out.read_text())
     assert plan["kind"] == "ProvisioningPlan" and plan["nodeClaims"]
@@ -41,13 +41,13 @@ def test_table_output_shows_cost_bound_and_greedy() -> None:
 def test_yaml_output_parses() -> None:
     import yaml
 
-    code, stdout, _ = _run("solve", str(EXAMPLE), "--time-limit", "3", "--format", "yaml")
+    code, stdout, _ = _run("solve", str(EXAMPLE), "--time-limit", "3", "-o", "yaml")
     assert code == 0 and yaml.safe_load(stdout)["kind"] == "ProvisioningPlan"
 
 
 def test_verify_exits_1_listing_violations(tmp_path: Path) -> None:
     out = tmp_path / "plan.json"
-    assert _run("solve", str(EXAMPLE), "--time-limit", "3", "--format", "json", "-o", str(out))[0] == 0
+    assert _run("solve", str(EXAMPLE), "--time-limit", "3", "-o", "json", "--output-file", str(out))[0] == 0
     plan = json.loads(out.read_text())
     plan["nodeClaims"][0]["price"] = 0.0
     plan["nodeClaims"][0]["pods"].append("default/ghost")
@@ -94,13 +94,13 @@ def test_bad_catalog_names_the_instance_type(tmp_path: Path) -> None:
 def test_unknown_kinds_warn_and_are_skipped(tmp_path: Path) -> None:
     path = tmp_path / "snap.yaml"
     path.write_text(EXAMPLE.read_text() + "\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\n")
-    code, _, stderr = _run("solve", str(path), "--time-limit", "2", "--format", "json")
+    code, _, stderr = _run("solve", str(path), "--time-limit", "2", "-o", "json")
     assert code == 0 and "skipped 1 object(s) of unsupported kind ConfigMap" in stderr
 
 
 def test_realistic_catalog_solves() -> None:
     catalog = Path(__file__).resolve().parent.parent / "fixtures" / "catalogs" / "aws-like.yaml"
     code, stdout, _ = _run("solve", str(EXAMPLE), "--catalog", str(catalog), "--time-limit", "3",
-                           "--format", "json")
+                           "-o", "json")
     assert code == 0
     assert all("." in c["instanceType"] for c in json.loads(stdout)["nodeClaims"])  # m5.large-style names

@@ -51,15 +51,7 @@ if [[ "${got}" != "${DRA_CEL_VERSION}" ]]; then
 fi
 
 start=${SECONDS}
-tmp="${root}/bin.tmp.$$"
-rm -rf "${tmp}"
-mkdir -p "${tmp}"
-trap 'rm -rf "${tmp}"' EXIT
-log "building dra-cel (k8s.io/dynamic-resource-allocation ${DRA_CEL_VERSION}, -p ${jobs})"
-(cd "${here}" && go build -p "${jobs}" -trimpath -ldflags "-s -w" -o "${tmp}/dra-cel" .)
-mkdir -p "${bin}"
-mv -f "${tmp}/dra-cel" "${bin}/dra-cel"
-sources_hash > "${stamp}"
+install_go_binary dra-cel "k8s.io/dynamic-resource-allocation ${DRA_CEL_VERSION}"
 if ! is_built; then
   log "the built oracle does not answer the probe case"
   exit 1

@@ -28,6 +28,9 @@ from solver.disruption.budgets import BudgetLimit, budget_limits, frozen
 
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 NODEPOOL_HASH = "karpenter.sh/nodepool-hash"
+#: the reasons that make a removal consolidation (Karpenter's spot-to-spot rule is consolidation's only: drift
+#: and expiration replacements are provisioned as any pending pod is)
+CONSOLIDATION_REASONS = frozenset({"Empty", "Underutilized"})
 
 
 def eviction_cost(pod: Pod) -> float:

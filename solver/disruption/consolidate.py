@@ -30,7 +30,7 @@ from model.snapshot import Snapshot
 from solver.bins import build_bins
 from solver.cpsat import make_solver
 from solver.decode import shrink
-from solver.disruption.candidates import ClusterState, NodeState
+from solver.disruption.candidates import CONSOLIDATION_REASONS, ClusterState, NodeState
 from solver.disruption.drain import drain_first
 from solver.disruption.moves import solver_snapshot
 from solver.disruption.yardstick import Decision, Yardstick
@@ -298,15 +298,17 @@ class Model:
             self.m.add(2 * pods * (sum(saved) - sum(spent)) >= cost * sum(evicted)).only_enforce_if(consolidating)
 
     def _spot(self) -> None:
-        """Karpenter's rule: when every removed node is spot, replacements may not be spot (unless
-        spot-to-spot is enabled); a set that includes on-demand nodes may be replaced by spot."""
+        """Karpenter's consolidation rule: when every removed node is a spot node removed for consolidation,
+        replacements may not be spot (unless spot-to-spot is enabled); a set that includes on-demand nodes, or
+        drifted or expired ones (replaced as any pending pod is, drift.go), may be replaced by spot."""
         if self.options.spot_to_spot:
             return
         launches = [i for i, (t, _) in enumerate(self.patterns)
                     if self.problem.templates[t].offering.capacity_type == "spot"]
         if not launches:
             return
-        on_demand = [self.remove[k] for k, s in enumerate(self.candidates) if s.capacity_type != "spot"]
+        on_demand = [self.remove[k] for k, s in enumerate(self.candidates)
+                     if s.capacity_type != "spot" or s.reason not in CONSOLIDATION_REASONS]
         removes_on_demand = self.m.new_bool_var("removes_on_demand")
         self.m.add(sum(on_demand) >= 1).only_enforce_if(removes_on_demand)
         for i in launches:
@@ -390,7 +392,8 @@ def _finish(problem: Problem, removed: list[NodeState], placement: Placement, op
     is off and every removed node is spot (``shrink`` changes the nodes in place)."""
     before = {id(n): n.template for n in placement.new_nodes}
     shrunk = shrink(problem, placement)
-    if options.spot_to_spot or not removed or any(s.capacity_type != "spot" for s in removed):
+    if options.spot_to_spot or not removed or any(s.capacity_type != "spot" or s.reason not in CONSOLIDATION_REASONS
+                                                  for s in removed):
         return shrunk
     for node in shrunk.new_nodes:
         if problem.templates[node.template].offering.capacity_type == "spot":

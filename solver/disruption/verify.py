@@ -11,7 +11,7 @@ from datetime import datetime
 from model.disruption import DisruptionPlan
 from model.plan import ExistingNodeAssignment, PlanCost, ProvisioningPlan, SolverReport
 from model.snapshot import Snapshot
-from solver.disruption.candidates import analyse
+from solver.disruption.candidates import CONSOLIDATION_REASONS, analyse
 from solver.disruption.moves import final_snapshot
 from solver.disruption.yardstick import balanced_allows
 from solver.verify import verify
@@ -50,7 +50,10 @@ def verify_disruption(snapshot: Snapshot, plan: DisruptionPlan, now: datetime, *
     if not balanced_allows(state, removed, spent):
         out.append("consolidationPolicy Balanced: a NodePool's share of cost saved is below half its share of "
                    "pods evicted")
-    if not spot_to_spot and removed and all(s.capacity_type == "spot" for s in removed):
+    # Karpenter's rule is consolidation's (consolidation.go); drift and expiration replacements are provisioned
+    # as any pending pod is (drift.go: the simulation's new NodeClaims, spot or not)
+    if not spot_to_spot and removed and all(s.capacity_type == "spot" and s.reason in CONSOLIDATION_REASONS
+                                            for s in removed):
         out += [f"nodeClaim {c.name}: spot replacement of spot nodes needs spot-to-spot"
                 for c in plan.node_claims if c.capacity_type == "spot"]
     out += _moves(plan, removed, snapshot)

@@ -44,15 +44,14 @@ def _lister(items: list[dict[str, Any]] | None = None, status: int | None = None
     return lister
 
 
-def test_scrub_drops_env_values_command_lines_and_bookkeeping() -> None:
+def test_scrub_drops_env_command_lines_and_bookkeeping() -> None:
     pod = scrub({"apiVersion": "v1", "kind": "Pod", **_pod("web-0")})
     text = json.dumps(pod)
     assert not any(s in text for s in SECRETS)
     container = pod["spec"]["containers"][0]
-    assert container["env"] == [{"name": "API_KEY"}, {"name": "DB"}]  # names stay, values go
-    assert "command" not in container and "args" not in container
+    assert "env" not in container and "command" not in container and "args" not in container
     assert container["resources"] == {"requests": {"cpu": "1"}}  # what placement needs stays
-    assert pod["metadata"]["annotations"] == {"team": "a"} and "managedFields" not in pod["metadata"]
+    assert "annotations" not in pod["metadata"] and "managedFields" not in pod["metadata"]  # none a rule reads
     ds = scrub({"kind": "DaemonSet", "metadata": {"name": "d"},
                 "spec": {"template": {"spec": {"containers": [{"name": "c", "env": [
                     {"name": "K", "value": "template-secret"}]}]}}}})

@@ -107,7 +107,7 @@ def test_the_pr_diff_finds_every_kind_of_change(pr_diff: PlanDiff) -> None:
 
 def test_identical_sides_are_unchanged() -> None:
     code, stdout, _ = _run("fixtures/snapshots/example.yaml", "fixtures/snapshots/example.yaml",
-                           "--format", "json", "--fail-on-unschedulable", "--max-cost-increase", "0")
+                           "-o", "json", "--fail-on-unschedulable", "--max-cost-increase", "0")
     assert code == 0
     data = json.loads(stdout)
     assert data["verdict"] == "unchanged" and data["nodes"] == [] and data["cost"]["perHour"] == 0
@@ -115,8 +115,8 @@ def test_identical_sides_are_unchanged() -> None:
 
 def test_a_saved_plan_compares_with_a_solved_side(tmp_path: Path) -> None:
     plan = tmp_path / "base-plan.json"
-    assert runner.invoke(app, ["solve", BASE, "--format", "json", "-o", str(plan)]).exit_code == 0
-    code, stdout, _ = _run(str(plan), BASE, "--format", "json")
+    assert runner.invoke(app, ["solve", BASE, "-o", "json", "--output-file", str(plan)]).exit_code == 0
+    code, stdout, _ = _run(str(plan), BASE, "-o", "json")
     data = json.loads(stdout)
     assert code == 0 and data["verdict"] == "unchanged"
     assert data["base"]["input"] == "plan" and data["base"]["catalog"] == "unknown (saved plan)"
@@ -150,11 +150,11 @@ def test_json_report_schema(pr_diff: PlanDiff, snapshot: SnapshotAssertion) -> N
 
 
 def test_cli_formats_match_the_library(pr_diff: PlanDiff, tmp_path: Path) -> None:
-    code, stdout, stderr = _run(BASE, HEAD, "--format", "markdown")
+    code, stdout, stderr = _run(BASE, HEAD, "-o", "markdown")
     assert code == 0 and stdout == render_diff_markdown(pr_diff)
     assert "warning: base:" in stderr and "Service" in stderr  # skipped kinds: stderr, not the report
     out = tmp_path / "diff.json"
-    code, stdout, _ = _run(BASE, HEAD, "--format", "json", "-o", str(out))
+    code, stdout, _ = _run(BASE, HEAD, "-o", "json", "--output-file", str(out))
     assert code == 0 and stdout == "" and json.loads(out.read_text())["verdict"] == "regression"
     code, stdout, _ = _run(BASE, HEAD, "--width", "110")
     assert code == 0 and "Pods that become unschedulable: 3" in stdout and "Node changes" in stdout
@@ -172,7 +172,7 @@ def test_markdown_folds_long_lists(pr_diff: PlanDiff) -> None:
 
 def test_fail_on_unschedulable_exits_1_with_one_line(tmp_path: Path) -> None:
     out = tmp_path / "diff.md"
-    code, _, stderr = _run(BASE, HEAD, "--fail-on-unschedulable", "--format", "markdown", "-o", str(out))
+    code, _, stderr = _run(BASE, HEAD, "--fail-on-unschedulable", "-o", "markdown", "--output-file", str(out))
     assert code == 1
     assert stderr.strip().splitlines()[-1] == (
         "gate failed: 3 pod(s) become unschedulable: analytics/nightly-report-0 (requires workload=batch; "
@@ -182,36 +182,36 @@ def test_fail_on_unschedulable_exits_1_with_one_line(tmp_path: Path) -> None:
 
 def test_fail_on_unschedulable_passes_when_nothing_breaks(tmp_path: Path) -> None:
     head = variant(tmp_path, "head", {"apps/db.yaml": ("replicas: 3", "replicas: 1")})
-    code, stdout, _ = _run(BASE, str(head), "--fail-on-unschedulable", "--format", "json")
+    code, stdout, _ = _run(BASE, str(head), "--fail-on-unschedulable", "-o", "json")
     assert code == 0 and json.loads(stdout)["verdict"] == "cheaper"
 
 
 def test_max_cost_increase(tmp_path: Path) -> None:
     head = variant(tmp_path, "head", {"apps/web.yaml": ("replicas: 4", "replicas: 12")})
-    code, stdout, _ = _run(BASE, str(head), "--format", "json")
+    code, stdout, _ = _run(BASE, str(head), "-o", "json")
     data = json.loads(stdout)
     assert code == 0 and data["verdict"] == "costlier" and data["cost"]["percent"] > 10
     percent = data["cost"]["percent"]
-    code, _, stderr = _run(BASE, str(head), "--max-cost-increase", "10", "--format", "json")
+    code, _, stderr = _run(BASE, str(head), "--max-cost-increase", "10", "-o", "json")
     assert code == 1
     line = stderr.strip().splitlines()[-1]
     assert line.startswith(f"gate failed: cost rises {percent:+.2f} % (") and line.endswith("above the limit of +10 %")
-    code, _, _ = _run(BASE, str(head), "--max-cost-increase", str(percent + 1), "--format", "json")
+    code, _, _ = _run(BASE, str(head), "--max-cost-increase", str(percent + 1), "-o", "json")
     assert code == 0
     # cheaper never trips the cost gate, even with a limit of 0 %
-    assert _run(str(head), BASE, "--max-cost-increase", "0", "--format", "json")[0] == 0
+    assert _run(str(head), BASE, "--max-cost-increase", "0", "-o", "json")[0] == 0
 
 
 def test_max_cost_increase_from_nothing(tmp_path: Path) -> None:
     empty = variant(tmp_path, "empty", {"apps/web.yaml": ("replicas: 4", "replicas: 0")})
     for rel in ("apps/db.yaml", "apps/cache-helm.yaml", "jobs/batch.yaml"):
         (empty / rel).unlink()
-    code, _, stderr = _run(str(empty), BASE, "--max-cost-increase", "50", "--format", "json")
+    code, _, stderr = _run(str(empty), BASE, "--max-cost-increase", "50", "-o", "json")
     assert code == 1 and "gate failed: cost rises from 0 to" in stderr
 
 
 def test_both_gates_fail_on_one_line(tmp_path: Path) -> None:
-    code, _, stderr = _run(BASE, HEAD, "--fail-on-unschedulable", "--max-cost-increase", "0", "--format", "json")
+    code, _, stderr = _run(BASE, HEAD, "--fail-on-unschedulable", "--max-cost-increase", "0", "-o", "json")
     lines = stderr.strip().splitlines()
     assert code == 1 and lines[-1].startswith("gate failed: 3 pod(s)")
 
@@ -221,24 +221,24 @@ def test_both_gates_fail_on_one_line(tmp_path: Path) -> None:
 
 def test_different_catalogs_are_reported_not_compared_silently() -> None:
     code, stdout, stderr = _run(BASE, BASE, "--head-catalog", "fixtures/catalogs/aws-like.yaml",
-                                "--format", "json")
+                                "-o", "json")
     data = json.loads(stdout)
     assert code == 0 and data["catalogMismatch"].startswith("base was solved with catalog built-in KWOK")
     assert "fixtures/catalogs/aws-like.yaml" in data["catalogMismatch"]
     assert data["base"]["catalogFingerprint"] != data["head"]["catalogFingerprint"]
     assert "warning: catalogs differ" in stderr
-    code, stdout, _ = _run(BASE, BASE, "--head-catalog", "fixtures/catalogs/aws-like.yaml", "--format", "markdown")
+    code, stdout, _ = _run(BASE, BASE, "--head-catalog", "fixtures/catalogs/aws-like.yaml", "-o", "markdown")
     assert "**Catalogs differ:**" in stdout.split("<details>")[0]
 
 
 def test_a_saved_plan_priced_from_another_catalog_is_detected(tmp_path: Path) -> None:
     plan_path = tmp_path / "plan.json"
-    assert runner.invoke(app, ["solve", BASE, "--format", "json", "-o", str(plan_path)]).exit_code == 0
+    assert runner.invoke(app, ["solve", BASE, "-o", "json", "--output-file", str(plan_path)]).exit_code == 0
     plan = json.loads(plan_path.read_text())
     for claim in plan["nodeClaims"]:
         claim["price"] = round(claim["price"] * 1.25, 6)
     plan_path.write_text(json.dumps(plan))
-    code, stdout, _ = _run(str(plan_path), BASE, "--format", "json")
+    code, stdout, _ = _run(str(plan_path), BASE, "-o", "json")
     mismatch = json.loads(stdout)["catalogMismatch"]
     assert code == 0 and "price the same offering differently" in mismatch
 
@@ -284,7 +284,7 @@ def test_a_side_that_fails_to_load_is_one_line_exit_2(case: str, tmp_path: Path)
         if "text" in how:
             (bad / how["file"]).write_text(how["text"])
     sides = [BASE, BASE] if extra else ([str(bad), BASE] if side == "base" else [BASE, str(bad)])
-    code, stdout, stderr = _run(*sides, *extra, "--format", "json")
+    code, stdout, stderr = _run(*sides, *extra, "-o", "json")
     assert code == 2 and stdout == ""
     lines = [line for line in stderr.strip().splitlines() if not line.startswith("warning:")]
     assert len(lines) == 1 and "Traceback" not in stderr
@@ -292,9 +292,9 @@ def test_a_side_that_fails_to_load_is_one_line_exit_2(case: str, tmp_path: Path)
 
 
 def test_quiet_keeps_stderr_for_errors_and_gates() -> None:
-    code, stdout, stderr = _run(BASE, HEAD, "--format", "json", "--quiet")
+    code, stdout, stderr = _run(BASE, HEAD, "-o", "json", "--quiet")
     assert code == 0 and stderr == "" and json.loads(stdout)["verdict"] == "regression"
-    code, _, stderr = _run(BASE, HEAD, "--format", "json", "-q", "--fail-on-unschedulable")
+    code, _, stderr = _run(BASE, HEAD, "-o", "json", "-q", "--fail-on-unschedulable")
     assert code == 1 and stderr.startswith("gate failed: 3 pod(s)") and len(stderr.strip().splitlines()) == 1
 
 
@@ -342,7 +342,7 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
 def test_two_git_revisions(repo: Path, pr_diff: PlanDiff) -> None:
-    code, stdout, stderr = _run("HEAD~1:deploy", "HEAD:deploy", "--format", "json")
+    code, stdout, stderr = _run("HEAD~1:deploy", "HEAD:deploy", "-o", "json")
     data = json.loads(stdout)
     assert code == 0 and data["base"]["source"] == "HEAD~1:deploy" and data["head"]["input"] == "manifests"
     expected = pr_diff.model_dump(mode="json", by_alias=True)
@@ -350,7 +350,7 @@ def test_two_git_revisions(repo: Path, pr_diff: PlanDiff) -> None:
         assert data[key] == expected[key]
     assert "warning: base: HEAD~1:deploy: skipped 1 object(s) of kind ConfigMap" in stderr
     # one file of a revision works too
-    code, stdout, _ = _run("HEAD~1:deploy/apps/web.yaml", "HEAD:deploy/apps/web.yaml", "--format", "json")
+    code, stdout, _ = _run("HEAD~1:deploy/apps/web.yaml", "HEAD:deploy/apps/web.yaml", "-o", "json")
     assert code == 0 and json.loads(stdout)["addedPods"] == ["shop/web-4", "shop/web-5", "shop/web-6", "shop/web-7"]
 
 
@@ -367,7 +367,7 @@ def test_bad_git_revisions_are_one_line_exit_2(repo: Path) -> None:
                                           "quantity 'lots'",
     }
     for (base, head), expected in cases.items():
-        code, stdout, stderr = _run(base, head, "--format", "json", "-q")
+        code, stdout, stderr = _run(base, head, "-o", "json", "-q")
         assert (code, stdout, stderr.strip()) == (2, "", expected)
 
 

@@ -189,7 +189,7 @@ def test_solve_and_verify_read_manifests(tmp_path: Path) -> None:
 
     runner = CliRunner()
     out = tmp_path / "plan.json"
-    result = runner.invoke(app, ["solve", str(MANIFESTS / "base"), "--format", "json", "-o", str(out)])
+    result = runner.invoke(app, ["solve", str(MANIFESTS / "base"), "-o", "json", "--output-file", str(out)])
     assert result.exit_code == 0, result.stderr
     plan = json.loads(out.read_text())
     placed = [p for c in plan["nodeClaims"] for p in c["pods"]]
@@ -197,7 +197,7 @@ def test_solve_and_verify_read_manifests(tmp_path: Path) -> None:
     assert "skipped 1 object(s) of kind Service" in result.stderr
     result = runner.invoke(app, ["verify", str(MANIFESTS / "base"), str(out)])
     assert result.exit_code == 0 and "plan is valid" in result.stderr
-    result = runner.invoke(app, ["solve", str(MANIFESTS / "base"), "--format", "json", "--quiet"])
+    result = runner.invoke(app, ["solve", str(MANIFESTS / "base"), "-o", "json", "--quiet"])
     assert result.exit_code == 0 and result.stderr == "" and json.loads(result.stdout)["nodeClaims"]
 
 

@@ -38,7 +38,8 @@ def test_workflow_diff_command_uses_real_options() -> None:
     for arg in args:
         if arg.startswith("--"):
             assert arg in help_text, arg
-    assert {"--format", "--fail-on-unschedulable", "--max-cost-increase"} <= set(args)
+    assert {"--output-file", "--fail-on-unschedulable", "--max-cost-increase"} <= set(args)
+    assert args[args.index("-o") + 1] == "markdown"  # -o is the format, as in kubectl
 
 
 def test_every_command_help_has_an_example() -> None:

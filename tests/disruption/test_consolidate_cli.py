@@ -69,7 +69,7 @@ def test_explain_lists_why_nodes_stay(cluster: Path) -> None:
 
 @pytest.mark.parametrize("fmt", ["json", "yaml"])
 def test_json_and_yaml_output(cluster: Path, fmt: str) -> None:
-    code, stdout, _ = _run("consolidate", str(cluster), *NOW_ARG, "--time-limit", "3", "--format", fmt)
+    code, stdout, _ = _run("consolidate", str(cluster), *NOW_ARG, "--time-limit", "3", "-o", fmt)
     assert code == 0
     plan = json.loads(stdout) if fmt == "json" else yaml.safe_load(stdout)
     assert plan["kind"] == "DisruptionPlan"
@@ -85,7 +85,7 @@ def test_json_and_yaml_output(cluster: Path, fmt: str) -> None:
 
 def test_output_file_then_verify(cluster: Path, tmp_path: Path) -> None:
     out = tmp_path / "plan.json"
-    code, stdout, _ = _run("consolidate", str(cluster), *NOW_ARG, "--time-limit", "3", "-o", str(out))
+    code, stdout, _ = _run("consolidate", str(cluster), *NOW_ARG, "--time-limit", "3", "--output-file", str(out))
     assert code == 0 and "Remove" in stdout  # table on stdout, JSON in the file
     plan = json.loads(out.read_text())
     assert plan["kind"] == "DisruptionPlan"
@@ -93,8 +93,8 @@ def test_output_file_then_verify(cluster: Path, tmp_path: Path) -> None:
     assert code == 0 and stdout == "" and "plan is valid" in stderr
 
     yaml_out = tmp_path / "plan.yaml"
-    code, stdout, _ = _run("consolidate", str(cluster), *NOW_ARG, "--time-limit", "3", "--format", "yaml",
-                           "-o", str(yaml_out))
+    code, stdout, _ = _run("consolidate", str(cluster), *NOW_ARG, "--time-limit", "3", "-o", "yaml",
+                           "--output-file", str(yaml_out))
     assert code == 0 and stdout == ""
     assert yaml.safe_load(yaml_out.read_text())["kind"] == "DisruptionPlan"
     assert _run("verify", str(cluster), str(yaml_out), *NOW_ARG)[0] == 0
@@ -102,7 +102,8 @@ def test_output_file_then_verify(cluster: Path, tmp_path: Path) -> None:
 
 def test_verify_exits_1_on_a_broken_disruption_plan(cluster: Path, tmp_path: Path) -> None:
     out = tmp_path / "plan.json"
-    assert _run("consolidate", str(cluster), *NOW_ARG, "--time-limit", "3", "--format", "json", "-o", str(out))[0] == 0
+    assert _run("consolidate", str(cluster), *NOW_ARG, "--time-limit", "3", "-o", "json",
+                "--output-file", str(out))[0] == 0
     plan = json.loads(out.read_text())
     plan["remove"].append({"node": "guarded", "nodePool": "default", "reason": "Underutilized",
                            "price": 0.1, "evictions": 1})
@@ -121,7 +122,8 @@ def test_verify_depends_on_now(tmp_path: Path) -> None:
                                                    {"nodes": "100%"}]
     path = _write(tmp_path, objects)
     out = tmp_path / "plan.json"
-    assert _run("consolidate", str(path), *NOW_ARG, "--time-limit", "3", "--format", "json", "-o", str(out))[0] == 0
+    assert _run("consolidate", str(path), *NOW_ARG, "--time-limit", "3", "-o", "json",
+                "--output-file", str(out))[0] == 0
     assert json.loads(out.read_text())["remove"]
     assert _run("verify", str(path), str(out), *NOW_ARG)[0] == 0
     code, stdout, _ = _run("verify", str(path), str(out), "--now", "2026-11-29T09:30:00Z")
@@ -176,7 +178,7 @@ def test_plan_disruption_cost_sums_the_evicted_pods(tmp_path: Path) -> None:
     assert result.plan.disruption.evictions == 3
     assert result.plan.disruption.cost == pytest.approx(0.0 + 4.0 + 10.0)
     code, stdout, _ = _run("consolidate", str(_write(tmp_path, objects)), *NOW_ARG, "--time-limit", "3",
-                           "--format", "json")
+                           "-o", "json")
     assert code == 0 and json.loads(stdout)["disruption"] == {"evictions": 3, "cost": 14.0}
 
 
@@ -188,15 +190,15 @@ def test_eviction_price_weighs_savings_against_evictions(price_per_eviction: flo
     result = consolidate_verified(objects, eviction_price=price_per_eviction)
     assert bool(result.plan.remove) is moves, result.plan.solver.notes
     code, stdout, _ = _run("consolidate", str(_write(tmp_path, objects)), *NOW_ARG, "--time-limit", "3",
-                           "--format", "json", "--eviction-price", str(price_per_eviction))
+                           "-o", "json", "--eviction-price", str(price_per_eviction))
     assert code == 0 and bool(json.loads(stdout)["remove"]) is moves
 
 
 def test_spot_to_spot_flag_on_both_commands(tmp_path: Path) -> None:
     path = _write(tmp_path, [nodepool(), node("s-0", "c-8x", capacity_type="spot"), running("p", "s-0")])
     out = tmp_path / "plan.json"
-    code, _, _ = _run("consolidate", str(path), *NOW_ARG, "--time-limit", "3", "--spot-to-spot", "--format", "json",
-                      "-o", str(out))
+    code, _, _ = _run("consolidate", str(path), *NOW_ARG, "--time-limit", "3", "--spot-to-spot", "-o", "json",
+                      "--output-file", str(out))
     assert code == 0 and [c["capacityType"] for c in json.loads(out.read_text())["nodeClaims"]] == ["spot"]
     assert _run("verify", str(path), str(out), *NOW_ARG, "--spot-to-spot")[0] == 0
     code, stdout, _ = _run("verify", str(path), str(out), *NOW_ARG)

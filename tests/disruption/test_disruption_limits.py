@@ -213,7 +213,7 @@ def test_invalid_budget_freezes_the_pool(budget: dict[str, Any], field: str, tmp
 
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump_all(objects))
-    run = CliRunner().invoke(app, ["consolidate", str(path), "--now", "2026-11-29T00:00:00Z", "--format", "json",
+    run = CliRunner().invoke(app, ["consolidate", str(path), "--now", "2026-11-29T00:00:00Z", "-o", "json",
                                    "--time-limit", "3"])
     assert run.exit_code == 2
     plan = yaml.safe_load(run.stdout)  # the plan is still printed

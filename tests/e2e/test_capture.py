@@ -64,7 +64,8 @@ def test_capture_a_real_control_plane(cluster: Cluster, crds: list[str], tmp_pat
         apply(api, obj)
     try:
         out = tmp_path / "snap.yaml"
-        result = CliRunner().invoke(app, ["snapshot", "--kubeconfig", str(cluster.kubeconfig), "-o", str(out)])
+        result = CliRunner().invoke(app, ["snapshot", "--kubeconfig", str(cluster.kubeconfig),
+                                          "--output-file", str(out)])
         assert result.exit_code == 0, result.stderr
         text = out.read_text()
         assert not any(s in text for s in SECRETS)
@@ -73,7 +74,7 @@ def test_capture_a_real_control_plane(cluster: Cluster, crds: list[str], tmp_pat
         assert f"{namespace}/web-0" in {p.key for p in snap.pending_pods()}
         assert f"{namespace}/agent" in {d.key for d in snap.daemonsets}
         assert namespace in {n.name for n in snap.namespaces}
-        solved = CliRunner().invoke(app, ["solve", str(out), "--format", "json", "--time-limit", "5"])
+        solved = CliRunner().invoke(app, ["solve", str(out), "-o", "json", "--time-limit", "5"])
         assert solved.exit_code == 0
     finally:
         client.CoreV1Api(api).delete_namespace(namespace)

@@ -351,5 +351,6 @@ def test_scaled_down_deployment_is_consolidated_within_pdb_and_budget(cluster: C
                   for shape in ("empty", "single", "multi"))
     assert counted == len(decisions)
     assert sum(metric("karpenter_nodeclaims_disrupted_total",
-                      {"reason": reason, "nodepool": POOL, "capacity_type": "on-demand"}) or 0
+                      {"reason": reason, "nodepool": POOL, "capacity_type": "on-demand",
+                       "consolidation_policy": "WhenEmptyOrUnderutilized", "termination_mode": "graceful"}) or 0
                for reason in ("Empty", "Underutilized")) == removed

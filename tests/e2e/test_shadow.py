@@ -205,7 +205,7 @@ def test_shadow_mode_records_the_saving_beside_another_provisioner_and_writes_no
     assert [n.metadata.name for n in core.list_node().items] == ["general-standin"]
     pool = custom.get_cluster_custom_object("karpenter.sh", "v1", "nodepools", "general")
     assert not (pool.get("status") or {}).get("conditions")
-    report = subprocess.run([*NODEPLAN, "shadow-report", str(record), "--format", "json"],
+    report = subprocess.run([*NODEPLAN, "shadow-report", str(record), "-o", "json"],
                             cwd=ROOT, capture_output=True, text=True, check=False)
     assert report.returncode == 0, report.stderr
     assert json.loads(report.stdout)["saving"] == pytest.approx(compared["saving"], abs=1e-6)

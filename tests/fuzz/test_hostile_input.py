@@ -163,7 +163,7 @@ def _good_plan(tmp: Path) -> dict[str, Any]:
     snap, cat = tmp / "s.yaml", tmp / "c.yaml"
     _dump(snap, SNAPSHOT, False)
     _dump(cat, CATALOG, False)
-    result = CliRunner().invoke(app, ["solve", str(snap), "--catalog", str(cat), "--format", "json", "-q",
+    result = CliRunner().invoke(app, ["solve", str(snap), "--catalog", str(cat), "-o", "json", "-q",
                                       "--time-limit", "2"])
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
@@ -219,7 +219,7 @@ def test_diff(tmp_path: Path, good_plan: dict[str, Any], head: Any, data: st.Dat
     _dump(head_file, head, False)
     _dump(cat, CATALOG, False)
     _check(["diff", str(base), str(head_file), "--catalog", str(cat), "-q", "--time-limit", "1",
-            "--format", data.draw(st.sampled_from(["markdown", "json", "terminal"]))], [base, head_file, cat])
+            "-o", data.draw(st.sampled_from(["markdown", "json", "yaml", "table"]))], [base, head_file, cat])
 
 
 def test_nan_prices_fail_verify(tmp_path: Path, good_plan: dict[str, Any]) -> None:

@@ -66,7 +66,7 @@ def test_bars_add_up_to_what_the_plan_requests(solved: SolveResult, example_snap
 
 def test_cli_writes_the_report(tmp_path: Path) -> None:
     out = tmp_path / "report.html"
-    result = CliRunner().invoke(app, ["solve", str(EXAMPLE), "--time-limit", "5", "--format", "json",
+    result = CliRunner().invoke(app, ["solve", str(EXAMPLE), "--time-limit", "5", "-o", "json",
                                       "--report", str(out)])
     assert result.exit_code == 0
     text = out.read_text()

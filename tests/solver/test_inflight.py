@@ -90,7 +90,7 @@ def test_verifier_rejects_misuse_of_inflight_claims(snapshot: Snapshot, plan: di
 def test_cli_solve_and_verify(tmp_path: Path) -> None:
     out = tmp_path / "plan.json"
     runner = CliRunner()
-    result = runner.invoke(app, ["solve", str(FIXTURE), "-o", str(out), "--time-limit", "5", "--quiet"])
+    result = runner.invoke(app, ["solve", str(FIXTURE), "--output-file", str(out), "--time-limit", "5", "--quiet"])
     assert result.exit_code == 0, result.output
     written = json.loads(out.read_text())
     assert written["nodeClaims"] == []

@@ -187,7 +187,7 @@ def start_with(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> tuple[An
 
     monkeypatch.setattr(cli.run, "api_client", lambda kubeconfig=None: object())
     monkeypatch.setattr(cli.run, "preflight", lambda api, namespace, elect, **mode: None)
-    monkeypatch.setattr(cli.run, "configure_logging", lambda level: None)
+    monkeypatch.setattr(cli.run, "configure_logging", lambda level, **_: None)
     monkeypatch.setattr(cli.run, "Controller", Recorder)
     monkeypatch.setattr(signal, "signal", lambda signum, handler: None)
     result = CliRunner().invoke(app, ["run"], env=env)

@@ -139,7 +139,8 @@ def test_a_decision_that_holds_taints_then_deletes_the_candidate() -> None:
                                       "consolidation_type": "single"}) == 1
     assert registry.get_sample_value("karpenter_nodeclaims_disrupted_total",
                                      {"reason": "Underutilized", "nodepool": "default",
-                                      "capacity_type": "on-demand"}) == 1
+                                      "capacity_type": "on-demand", "consolidation_policy": "WhenEmptyOrUnderutilized",
+                                      "termination_mode": "graceful"}) == 1
 
 
 def test_replacements_are_awaited_before_anything_is_deleted() -> None:

@@ -146,32 +146,29 @@ def test_metrics_mirror_karpenter_and_registries_do_not_collide() -> None:
     cache = cache_with(
         Node=[NODE], Pod=[bound_pod("a", "500m"), bound_pod("b", "1"), bound_pod("done", "2", "Succeeded")],
         NodeClaim=[{"metadata": {"name": "n1", "labels": {"karpenter.sh/nodepool": "general"}},
-                    "status": {"capacity": {"cpu": "4", "memory": "16Gi"}}}],
+                    "status": {"nodeName": "n1", "capacity": {"cpu": "4", "memory": "16Gi"}}}],
         NodePool=[{"metadata": {"name": "general"}, "spec": {"limits": {"cpu": "100"}}}])
     synced = threading.Event()
     metrics = Metrics(cache, synced.is_set)
+    # Karpenter's node labels: its well-known labels (snake_case), node_name, phase, managed, resource_type
+    node = {"node_name": "n1", "nodepool": "general", "instance_type": "c-4x", "capacity_type": "", "zone": "z1",
+            "region": "", "arch": "amd64", "os": "", "windows_build": "", "phase": "", "managed": "true"}
     assert metrics.value("karpenter_cluster_state_synced") == 0
-    assert metrics.value("karpenter_nodes_allocatable", {"node_name": "n1", "resource_type": "cpu",
-                                                         "nodepool": "general", "instance_type": "c-4x",
-                                                         "capacity_type": "", "zone": "z1", "arch": "amd64",
-                                                         "os": ""}) is None  # not before the cache synced
+    assert metrics.value("karpenter_nodes_allocatable", {**node, "resource_type": "cpu"}) is None  # not synced yet
     synced.set()
     assert metrics.value("karpenter_cluster_state_synced") == 1
-    node = {"node_name": "n1", "nodepool": "general"}
-    assert metrics.value("karpenter_nodes_allocatable", {**node, "resource_type": "cpu", "instance_type": "c-4x",
-                                                         "capacity_type": "", "zone": "z1", "arch": "amd64",
-                                                         "os": ""}) == 3.9
+    assert metrics.value("karpenter_nodes_allocatable", {**node, "resource_type": "cpu"}) == 3.9
     # the terminal pod is not counted
     assert metrics.value("karpenter_nodes_total_pod_requests", {**node, "resource_type": "cpu"}) == 1.5
     assert metrics.value("karpenter_nodes_total_pod_requests", {**node, "resource_type": "pods"}) == 2
     assert metrics.value("karpenter_nodepools_usage", {"nodepool": "general", "resource_type": "cpu"}) == 4
     assert metrics.value("karpenter_nodepools_usage", {"nodepool": "general", "resource_type": "nodes"}) == 1
     assert metrics.value("karpenter_nodepools_limit", {"nodepool": "general", "resource_type": "cpu"}) == 100
-    assert metrics.value("karpenter_pods_state", {"name": "a", "namespace": "shop", "node": "n1",
-                                                  "nodepool": "general", "zone": "z1", "instance_type": "c-4x",
-                                                  "capacity_type": "", "phase": "Running"}) == 1
-    labels = {"reason": "provisioning", "nodepool": "general", "instance_type": "c-4x", "capacity_type": "spot",
-              "zone": "z1"}
+    assert metrics.value("karpenter_pods_state", {
+        "name": "a", "namespace": "shop", "owner": "", "node": "n1", "scheduled": "true", "nodepool": "general",
+        "zone": "z1", "arch": "amd64", "capacity_type": "", "instance_type": "c-4x", "phase": "Running",
+        "ready": "false", "managed": "true"}) == 1
+    labels = {"reason": "provisioning", "nodepool": "general", "min_values_relaxed": "false"}
     metrics.nodeclaims_created.labels(**labels).inc()
     metrics.scheduling_duration.labels("provisioner").observe(0.3)
     other = Metrics()  # a second controller in the same process: its own registry, no duplicate-name error
@@ -201,7 +198,7 @@ def test_health_ready_and_metrics_endpoints() -> None:
     metrics = Metrics()
     servers = Servers(Endpoints(lambda: (True, "running"),
                                 lambda: (ready.is_set(), "cache synced" if ready.is_set() else "cache not synced"),
-                                metrics.exposition), metrics_port=0, health_port=0, bind="127.0.0.1")
+                                metrics.render), metrics_port=0, health_port=0, bind="127.0.0.1")
     servers.start()
     try:
         port = servers.ports["/readyz"]
@@ -215,7 +212,7 @@ def test_health_ready_and_metrics_endpoints() -> None:
         assert get(port, "/nope")[0] == 404
     finally:
         servers.stop()
-    split = Servers(Endpoints(lambda: (True, ""), lambda: (True, ""), metrics.exposition), metrics_port=0,
+    split = Servers(Endpoints(lambda: (True, ""), lambda: (True, ""), metrics.render), metrics_port=0,
                     health_port=None, bind="127.0.0.1")
     split.start()
     try:
@@ -227,21 +224,42 @@ def test_health_ready_and_metrics_endpoints() -> None:
 # -- permissions -------------------------------------------------------------------------------------------
 def test_deploy_rbac_grants_exactly_what_the_code_uses() -> None:
     manifests = [d for d in yaml.safe_load_all((ROOT / "deploy" / "controller.yaml").read_text()) if d]
-    granted = permissions.rbac_rules(manifests)
-    required = permissions.required_rules()
+    granted = permissions.rbac_grants(manifests)  # resourceNames included
+    required = permissions.required_grants(permissions.required(provider="kwok"))
     assert required - granted == set(), "deploy/controller.yaml lacks permissions the controller uses"
     assert granted - required == set(), "deploy/controller.yaml grants more than the controller uses"
+
+
+def test_least_privilege_rows() -> None:
+    """Lease writes by name only (create cannot be: RBAC authorizes it before the object has a name), Node and
+    ResourceSlice creation for the KWOK provider only, and every pod write names the code path making it."""
+    grants = permissions.required_grants(lease_name="my-lease")
+    leases = {(verb, names) for group, resource, verb, _, names in grants if resource == "leases"}
+    assert leases == {("get", ("my-lease",)), ("update", ("my-lease",)), ("create", ())}
+    kwok = {(p.rbac_resource, verb) for p in permissions.required(provider="kwok") for verb in p.verbs}
+    cloud = {(p.rbac_resource, verb) for p in permissions.required(provider="aws") for verb in p.verbs}
+    assert kwok - cloud == {("nodes", "create"), ("resourceslices", "create")}
+    assert {("nodes", "patch"), ("nodes", "delete")} <= cloud  # the controller's own taints, labels and deletions
+    calls = {"delete": "delete_namespaced_pod(", "patch": "patch_namespaced_pod("}
+    for row in permissions.REQUIRED:
+        if row.resource == "pods" and not row.subresource and set(row.verbs) & set(calls):
+            source = next(word for word in row.why.replace("(", " ").split() if word.startswith("controller/"))
+            text = (ROOT / source).read_text()
+            assert all(calls[verb] in text for verb in row.verbs if verb in calls), (row.why, source)
+    assert all(set(p.verbs) <= {"get", "list", "watch"} for p in permissions.required(shadow=True))
 
 
 class FakeAuthz:
     def __init__(self, denied: set[tuple[str, str, str]]) -> None:
         self.denied = denied
         self.asked: list[tuple[str, str, str, str | None]] = []
+        self.names: dict[tuple[str, str], str | None] = {}
 
     def create_self_subject_access_review(self, body: client.V1SelfSubjectAccessReview, **_: Any) -> Any:
         attrs = body.spec.resource_attributes
         resource = f"{attrs.resource}/{attrs.subresource}" if attrs.subresource else attrs.resource
         self.asked.append((attrs.verb, attrs.group, resource, attrs.namespace))
+        self.names[(attrs.verb, resource)] = attrs.name
         allowed = (attrs.verb, attrs.group, resource) not in self.denied
         return client.V1SelfSubjectAccessReview(spec=body.spec,
                                                 status=client.V1SubjectAccessReviewStatus(allowed=allowed))
@@ -258,6 +276,11 @@ def test_permission_check_names_verb_and_resource(monkeypatch: pytest.MonkeyPatc
     # leases are asked in the Lease's namespace, everything else cluster-wide
     assert {ns for verb, group, res, ns in fake.asked if res == "leases"} == {"nodeplan"}
     assert {ns for verb, group, res, ns in fake.asked if res != "leases"} == {None}
+    # the Lease is asked about by name where RBAC grants it by name
+    assert {verb: fake.names[(verb, "leases")] for verb in ("get", "update", "create")} == {
+        "get": "nodeplan-leader-election", "update": "nodeplan-leader-election", "create": None}
+    permissions.check(client.ApiClient(), "nodeplan", lease_name="other")
+    assert fake.names[("update", "leases")] == "other"
     fake.asked.clear()
     assert permissions.check(client.ApiClient(), "nodeplan", leases=False) == missing
     assert not any(res == "leases" for _, _, res, _ in fake.asked)
@@ -477,9 +500,8 @@ def test_a_batch_nominates_placed_pods_and_reports_unplaceable_ones() -> None:
     assert "limit" in by_pod[("huge", "FailedScheduling")], by_pod
     assert "s390x" in by_pod[("arm", "FailedScheduling")], by_pod
     assert not any(name in ("huge", "arm") for name, reason in by_pod if reason == "Nominated")
-    assert controller.metrics.value("karpenter_nodeclaims_created_total", {
-        "reason": "provisioning", "nodepool": "small", "instance_type": record.claims[claim].instance_type,
-        "capacity_type": record.claims[claim].capacity_type, "zone": record.claims[claim].zone}) == 1
+    assert controller.metrics.value("karpenter_nodeclaims_created_total", {  # Karpenter's labels
+        "reason": "provisioning", "nodepool": "small", "min_values_relaxed": "false"}) == 1
     assert controller.metrics.value("karpenter_scheduler_unschedulable_pods_count", {"controller": "provisioner"}) == 2
     # the next batch reporting the same reasons sends nothing new
     controller._observe_batch(record, pending)
@@ -543,7 +565,8 @@ def test_terminated_claims_are_counted_and_a_stalled_loop_fails_liveness() -> No
     controller.cache.informers["NodeClaim"]._store.pop("a")
     controller._count_terminated()
     controller._count_terminated()
-    assert controller.metrics.value("karpenter_nodeclaims_terminated_total", {"nodepool": "general"}) == 1
+    assert controller.metrics.value("karpenter_nodeclaims_terminated_total", {
+        "nodepool": "general", "capacity_type": "", "zone": ""}) == 1
     assert controller.ready() == (False, "cache not synced")
     controller.synced.set()
     assert controller.ready() == (True, "cache synced; leader")
@@ -593,3 +616,12 @@ def test_nodepool_status_is_written_once_per_change() -> None:
     cache.informers["NodeClaim"]._store.clear()
     assert writer.reconcile() == 1
     assert fake.patches[-1][1]["status"]["resources"] == {"cpu": None}  # removed explicitly in the merge patch
+
+
+def test_preflight_asks_about_the_configured_lease(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cli.run
+
+    asked: dict[str, Any] = {}
+    monkeypatch.setattr(permissions, "check", lambda api, ns, rows, **kw: asked.update(kw) or [])
+    cli.run.preflight(client.ApiClient(), "nodeplan", True, lease_name="my-lease")
+    assert asked == {"leases": True, "lease_name": "my-lease"}

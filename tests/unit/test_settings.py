@@ -56,7 +56,7 @@ def started(monkeypatch: pytest.MonkeyPatch) -> Started:
 
     monkeypatch.setattr(cli.run, "api_client", lambda kubeconfig=None: object())
     monkeypatch.setattr(cli.run, "preflight", lambda api, namespace, elect: None)
-    monkeypatch.setattr(cli.run, "configure_logging", record.log_levels.append)
+    monkeypatch.setattr(cli.run, "configure_logging", lambda level, **_: record.log_levels.append(level))
     monkeypatch.setattr(cli.run, "Controller", Recorder)
     monkeypatch.setattr(signal, "signal", lambda signum, handler: None)
     return record

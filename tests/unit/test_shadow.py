@@ -258,7 +258,7 @@ def test_shadow_report_sums_like_for_like_batches_in_the_window(tmp_path: Path) 
                 "nodeplan": {"cost": 3.0, "remove": ["a"]}, "karpenter": {"cost": 4.0}}]
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     window = ["--since", "2026-03-01T00:00:00Z", "--until", "2026-03-01T23:59:59Z"]
-    result = CliRunner().invoke(app, ["shadow-report", str(path), *window, "--format", "json"])
+    result = CliRunner().invoke(app, ["shadow-report", str(path), *window, "-o", "json"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["batches"] == 3 and out["comparableBatches"] == 2
