@@ -73,9 +73,18 @@ def to_base_units(resource: str, value: Fraction, *, saturate: bool = False) -> 
         return MAX_BASE_UNITS
     if abs(scaled) > MAX_BASE_UNITS:
         unit = "milli-units" if resource in MILLI_RESOURCES else "units"
-        raise InputError(f"quantity of {resource} is too large: {scaled:.3g} {unit}, at most 2^53 "
+        raise InputError(f"quantity of {resource} is too large: {_magnitude(scaled)} {unit}, at most 2^53 "
                          f"({MAX_BASE_UNITS:.3g})")
     return scaled
+
+
+def _magnitude(value: int) -> str:
+    """``1.8e+308``-style, also for integers past what a float holds."""
+    try:
+        return f"{float(value):.3g}"
+    except OverflowError:
+        digits = str(abs(value))
+        return f"{'-' if value < 0 else ''}{digits[0]}.{digits[1:3]}e+{len(digits) - 1}"
 
 
 def quantity_int(resource: str, text: str | int | float, *, saturate: bool = False) -> int:

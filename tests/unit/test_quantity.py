@@ -213,3 +213,11 @@ def test_format_quantity(resource: str, value: int, text: str) -> None:
 ])
 def test_format_then_parse_round_trips(resource: str, value: int) -> None:
     assert quantity_int(resource, format_quantity(resource, value)) == value
+
+
+def test_a_quantity_past_what_a_float_holds_is_one_clear_error() -> None:
+    """The largest double as a cpu request is 1.8e311 milli-cpus: an input error saying so, not an overflow."""
+    from model.errors import InputError
+    from model.quantity import quantity_int
+    with pytest.raises(InputError, match=r"too large: 1\.79e\+311 milli-units"):
+        quantity_int("cpu", 1.7976931348623157e308)
