@@ -438,7 +438,9 @@ class Controller:
             pending = shadow.pending()
             self.metrics.queue_depth.labels(CONTROLLER).set(len(pending))
             self.window.observe(batch_keys(pending), time.monotonic())
-            if self.window.ready(time.monotonic()):
+            if self.window.ready(time.monotonic()) and not pending:
+                self.window.close({})  # the pods were bound or deleted before the window closed: nothing to decide
+            elif self.window.ready(time.monotonic()):
                 try:
                     shadow.decide(pending)
                 except Exception as err:
