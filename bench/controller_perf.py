@@ -37,7 +37,6 @@ import argparse
 import json
 import math
 import os
-import random
 import subprocess
 import sys
 import tempfile
@@ -51,7 +50,7 @@ from typing import Any
 import yaml
 from kubernetes import client, dynamic
 
-from bench.workloads import CPU_CHOICES, KWOK_NODECLASS, MEMORY_CHOICES, deployment, pod
+from bench.workloads import KWOK_NODECLASS, generic_deployment_objects, pod
 from controller.run import api_client
 from model.durations import parse_duration
 from model.instancetype import InstanceType
@@ -85,17 +84,6 @@ def _apply(api: client.ApiClient, obj: dict[str, Any]) -> None:
     resource = dynamic.DynamicClient(api).resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
     resource.server_side_apply(body=obj, namespace=obj["metadata"].get("namespace"), field_manager="bench",
                                force_conflicts=True)
-
-
-def _deployments(total: int, seed: int) -> list[dict[str, Any]]:
-    rng = random.Random(seed)
-    out, made = [], 0
-    while made < total:
-        replicas = min(total - made, rng.choice((10, 20, 30, 40)))
-        out.append(deployment(f"app-{len(out):03d}", NAMESPACE, replicas, cpu=rng.choice(CPU_CHOICES),
-                              memory=rng.choice(MEMORY_CHOICES)))
-        made += replicas
-    return out
 
 
 def _kept(replicas: int, keep: float) -> int:
@@ -528,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
         for catalog_name in (c.strip() for c in args.catalogs.split(",") if c.strip()):
             cat = catalog(catalog_name, Path(workdir))
             for n in (int(p) for p in args.pods.split(",")):
-                deployments = _deployments(n, args.seed)
+                deployments = generic_deployment_objects(n, args.seed, NAMESPACE)
                 results = [run(kind, cat, deployments, keep=args.keep, settle=args.settle, timeout=args.timeout,
                                bin_dir=bin_dir, karpenter_bin=karpenter_bin, karpenter_crds=karpenter_crds)
                            for kind in controllers]

@@ -93,3 +93,17 @@ def deployment(name: str, namespace: str, replicas: int, *, cpu: str = "500m", m
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": namespace},
             "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
                      "template": {"metadata": {"labels": labels}, "spec": pod_spec}}}
+
+
+def generic_deployment_objects(total_pods: int, seed: int, namespace: str) -> list[dict[str, Any]]:
+    """Karpenter-style generic workload as Deployments (10–40 replicas each, one (cpu, memory) shape each),
+    ``total_pods`` pods in all: what the e2e tests and ``bench.controller_perf`` create on a real cluster."""
+    rng = random.Random(seed)
+    out: list[dict[str, Any]] = []
+    made = 0
+    while made < total_pods:
+        replicas = min(total_pods - made, rng.choice((10, 20, 30, 40)))
+        out.append(deployment(f"app-{len(out):03d}", namespace, replicas, cpu=rng.choice(CPU_CHOICES),
+                              memory=rng.choice(MEMORY_CHOICES)))
+        made += replicas
+    return out

@@ -23,7 +23,7 @@ from cli import command_started
 from cli.capture import snapshot_cmd
 from cli.catalog import app as catalog_app
 from cli.diff import diff_cmd, solve_progress
-from cli.output import Format, PlanFileOpt, emit, format_option, output_file_option
+from cli.output import Format, PlanFileOpt, VerifyFormat, emit, format_option, output_file_option
 from cli.run import crds_cmd, run_cmd
 from cli.settings import COMMAND as RUN_COMMAND
 from cli.shadow_report import shadow_report_cmd
@@ -67,12 +67,6 @@ def _global_options(
 ) -> None:
     """Kubernetes node provisioning decided by an exact CP-SAT model."""
     interruptible()  # SIGINT/SIGTERM: one line, exit 130/143, no partial output file
-
-
-class VerifyFormat(StrEnum):
-    table = "table"
-    json = "json"
-    yaml = "yaml"
 
 
 class Compare(StrEnum):

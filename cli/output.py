@@ -35,6 +35,14 @@ class DiffFormat(StrEnum):
     yaml = "yaml"
 
 
+class VerifyFormat(StrEnum):
+    """``nodeplan verify``: ``table`` lists each violation."""
+
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
 class ReportFormat(StrEnum):
     markdown = "markdown"
     json = "json"

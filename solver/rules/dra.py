@@ -378,10 +378,10 @@ class ResourceClaims(Rule):
             return key
 
         members: dict[str, list[str]] = {}
+        network = _network(batch)
         for pod in pods:
             if pod.rule_problem or not pod.resource_claims:
                 continue
-            network = _network(batch)
             for claim in index.resolve(pod):
                 if claim.shared and not claim.allocated and claim.claim_key and not network.serves(claim):
                     members.setdefault(claim.claim_key, []).append(pod.key)
@@ -494,10 +494,11 @@ class _Network:
                       local_types=tuple((d, k) for k, d in local.items()))
         counted: set[tuple[str, Kind]] = set()
         for pod in pods:  # every possible user first, so the reservations below hold whatever binds first
-            for key, kind, count, _ in network._requests(pod, index):
+            requests = network._requests(pod, index)
+            for key, kind, count, _ in requests:
                 if kind not in network.only and (key, kind) not in counted:
                     network.tally[kind] = network.tally.get(kind, 0) + count
-            counted.update((key, kind) for key, kind, _, _ in network._requests(pod, index))
+            counted.update((key, kind) for key, kind, _, _ in requests)  # a shared claim counts once
         return network
 
     def _requests(self, pod: Pod, index: ClaimIndex) -> list[tuple[str, Kind, int, ExactRequest]]:
@@ -762,6 +763,8 @@ class _Analysis:
         fills a value before the next:
         Σ pieces ≤ Σ_v min_j ⌊c_jv / q_j⌋, exactly."""
         shapes = {(attribute, members) for d in self.demands.values() for _, attribute, members in d.linked}
+        pieces_of = {shape: {c: sum(1 for _, a, m in d.linked if (a, m) == shape) for c, d in self.demands.items()}
+                     for shape in shapes}
         for n, node in enumerate(nodes):
             for attribute, members in shapes:
                 groups = [node.groups.get(kind, {}) for kind, _ in members]
@@ -774,8 +777,7 @@ class _Analysis:
                 if not usable or any(nb is None for nb in near):
                     continue
                 own = {kind for kind, _ in members}
-                pieces = {c: sum(1 for _, a, m in d.linked if (a, m) == (attribute, members))
-                          for c, d in self.demands.items()}
+                pieces = pieces_of[attribute, members]
                 alone = all(nb == frozenset({kind}) for nb, (kind, _) in zip(near, members, strict=True)) and all(
                     not own & {*d.all, *d.admin, *(k for _, a in d.choices for k, _ in a)}
                     and {k: v for k, v in d.count.items() if k in own} == {

@@ -11,7 +11,7 @@ import contextlib
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -177,6 +177,20 @@ def release_finalizers(api: client.ApiClient) -> None:
             with contextlib.suppress(client.ApiException):
                 core.patch_node(node.metadata.name, {"metadata": {"finalizers": None}},
                                 _content_type="application/merge-patch+json")
+
+
+def open_workspace(cluster: Cluster, namespace: str, nodepool: dict[str, Any], *objects: dict[str, Any]
+                   ) -> Generator[client.ApiClient, None, client.ApiClient]:
+    """A test's namespace, NodePool and cluster objects (node class, device class …), for a fixture to
+    ``yield from``; the namespace and the pool are taken down afterwards (``tear_down``), and the client is
+    returned for whatever else the fixture removes."""
+    api = cluster.api()
+    client.CoreV1Api(api).create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    for obj in (*objects, nodepool):
+        apply(api, obj)
+    yield api
+    tear_down(api, namespace, nodepool["metadata"]["name"])
+    return api
 
 
 def tear_down(api: client.ApiClient, namespace: str, nodepool: str) -> None:

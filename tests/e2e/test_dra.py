@@ -28,7 +28,7 @@ from controller.disruption import DisruptionOptions
 from controller.provisioner import ProvisionerOptions
 from controller.run import Controller, ControllerOptions
 from providers.catalog_file import load_catalog
-from tests.e2e.conftest import Cluster, apply, tear_down, wait_for
+from tests.e2e.conftest import Cluster, apply, open_workspace, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -62,13 +62,7 @@ def _with_claim(name: str, replicas: int, ref: dict[str, str]) -> dict[str, Any]
 
 @pytest.fixture
 def workspace(cluster: Cluster, crds: list[str]) -> Iterator[client.ApiClient]:
-    api = cluster.api()
-    core = client.CoreV1Api(api)
-    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    for obj in (KWOK_NODECLASS, NODEPOOL, DEVICE_CLASS):
-        apply(api, obj)
-    yield api
-    tear_down(api, NAMESPACE, 'gpu')
+    api = yield from open_workspace(cluster, NAMESPACE, NODEPOOL, KWOK_NODECLASS, DEVICE_CLASS)
     client.ResourceV1Api(api).delete_device_class("gpu")
 
 

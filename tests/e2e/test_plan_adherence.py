@@ -9,7 +9,6 @@ with its defaults (1 % decision gap, 10 s solve limit).
 
 from __future__ import annotations
 
-import random
 import statistics
 import threading
 import time
@@ -21,10 +20,10 @@ from kubernetes import client
 from kubernetes import watch as kwatch
 
 from bench.controller_perf import nodeplan_adherence
-from bench.workloads import KWOK_NODECLASS, deployment
+from bench.workloads import KWOK_NODECLASS, generic_deployment_objects
 from controller.provisioner import ProvisionerOptions
 from controller.run import Controller, ControllerOptions
-from tests.e2e.conftest import Cluster, apply, tear_down, wait_for
+from tests.e2e.conftest import Cluster, apply, open_workspace, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -41,27 +40,9 @@ NODEPOOL = {
 TARGET_SHARE = 0.99
 
 
-def deployments(total: int, seed: int = 16) -> list[dict[str, Any]]:
-    rng = random.Random(seed)
-    out, made = [], 0
-    while made < total:
-        replicas = min(total - made, rng.choice((10, 20, 30, 40)))
-        out.append(deployment(f"app-{len(out):02d}", NAMESPACE, replicas,
-                              cpu=rng.choice(("100m", "250m", "500m", "1", "1500m")),
-                              memory=rng.choice(("100Mi", "256Mi", "512Mi", "1Gi", "2Gi", "4Gi"))))
-        made += replicas
-    return out
-
-
 @pytest.fixture
 def workspace(cluster: Cluster, crds: list[str]) -> Iterator[client.ApiClient]:
-    api = cluster.api()
-    core = client.CoreV1Api(api)
-    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    apply(api, KWOK_NODECLASS)
-    apply(api, NODEPOOL)
-    yield api
-    tear_down(api, NAMESPACE, 'adherence')
+    yield from open_workspace(cluster, NAMESPACE, NODEPOOL, KWOK_NODECLASS)
 
 
 def test_pods_are_bound_to_their_planned_nodes(cluster: Cluster, workspace: client.ApiClient) -> None:
@@ -76,7 +57,7 @@ def test_pods_are_bound_to_their_planned_nodes(cluster: Cluster, workspace: clie
     thread.start()
     try:
         started = time.monotonic()
-        for d in deployments(total):
+        for d in generic_deployment_objects(total, 16, NAMESPACE):
             apply(api, d)
 
         def all_running() -> bool:

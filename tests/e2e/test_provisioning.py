@@ -22,13 +22,13 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from bench.workloads import KWOK_NODECLASS, deployment
+from bench.workloads import KWOK_NODECLASS, generic_deployment_objects
 from controller.provisioner import ProvisionerOptions
 from controller.run import Controller, ControllerOptions
 from model.snapshot import parse_objects
 from providers.kwok import kwok_catalog
 from solver.provision import SolveOptions, solve
-from tests.e2e.conftest import Cluster, apply, tear_down, wait_for
+from tests.e2e.conftest import Cluster, apply, open_workspace, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -47,27 +47,9 @@ NODEPOOL = {
 NODECLASS = KWOK_NODECLASS
 
 
-def deployments(total: int, seed: int = 42) -> list[dict[str, Any]]:
-    """Karpenter-style generic workload: Deployments of one request size each, ``total`` pods in all."""
-    rng = random.Random(seed)
-    out, made, i = [], 0, 0
-    while made < total:
-        replicas = min(total - made, rng.choice((10, 20, 30, 40)))
-        out.append(deployment(f"app-{i:02d}", NAMESPACE, replicas, cpu=rng.choice(CPU), memory=rng.choice(MEMORY)))
-        made += replicas
-        i += 1
-    return out
-
-
 @pytest.fixture
 def workspace(cluster: Cluster, crds: list[str]) -> Iterator[client.ApiClient]:
-    api = cluster.api()
-    core = client.CoreV1Api(api)
-    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    apply(api, NODECLASS)
-    apply(api, NODEPOOL)
-    yield api
-    tear_down(api, NAMESPACE, 'general')
+    yield from open_workspace(cluster, NAMESPACE, NODEPOOL, NODECLASS)
 
 
 def _pods(core: client.CoreV1Api) -> list[Any]:
@@ -85,7 +67,7 @@ def test_pending_pods_get_the_plans_nodes_and_run(cluster: Cluster, workspace: c
     thread.start()
     try:
         started = time.monotonic()
-        for deployment in deployments(total):
+        for deployment in generic_deployment_objects(total, 42, NAMESPACE):
             apply(api, deployment)
         wait_for(lambda: len(_pods(core)) == total, 60, what=f"{total} pods created")
         created_s = time.monotonic() - started
