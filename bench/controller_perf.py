@@ -152,11 +152,13 @@ def percentile(values: Sequence[float], share: float) -> float:
 @dataclass(frozen=True)
 class Adherence:
     """How closely the kube-scheduler followed the plans: ``planned`` pods with a recorded plan, ``as_planned`` of
-    them bound to the node first planned for them, ``replanned`` planned more than once (None: not knowable)."""
+    them bound to the node first planned for them, ``replanned`` planned more than once (None: not knowable),
+    ``replanned_pods`` their names."""
 
     planned: int
     as_planned: int
     replanned: int | None
+    replanned_pods: frozenset[str] = frozenset()
 
     @property
     def share(self) -> float:
@@ -174,7 +176,8 @@ def nodeplan_adherence(claims: Sequence[dict[str, Any]], pods: Sequence[dict[str
         node = (claim.get("status") or {}).get("nodeName") or claim["metadata"]["name"]
         for uid in json.loads((claim["metadata"].get("annotations") or {}).get(PODS_ANNOTATION) or "[]"):
             plans.setdefault(str(uid), []).append(str(node))
-    planned = as_planned = replanned = 0
+    planned = as_planned = 0
+    replanned: set[str] = set()
     for p in pods:
         meta = p["metadata"]
         targets = list(plans.get(str(meta.get("uid")), []))
@@ -185,8 +188,9 @@ def nodeplan_adherence(claims: Sequence[dict[str, Any]], pods: Sequence[dict[str
             continue
         planned += 1
         as_planned += (p.get("spec") or {}).get("nodeName") == targets[0]
-        replanned += len(targets) > 1
-    return Adherence(planned, as_planned, replanned)
+        if len(targets) > 1:
+            replanned.add(str(meta.get("name")))
+    return Adherence(planned, as_planned, len(replanned), frozenset(replanned))
 
 
 def nomination_adherence(events: Sequence[dict[str, Any]], claims: Sequence[dict[str, Any]],

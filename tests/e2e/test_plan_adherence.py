@@ -90,9 +90,11 @@ def test_pods_are_bound_to_their_planned_nodes(cluster: Cluster, workspace: clie
     # (pkg/scheduler/framework/preemption/preemption.go: "Specify nominatedNodeName to clear ..."), e.g. a pod
     # tried, while its node is still tainted, on the event of another node's untaint: the count above shows it.
     # What must hold: nearly every pod was planned before the scheduler bound it (a few land in room left on a
-    # node before their batch closes), re-plans stay few and end (every pod Running above: no livelock) ...
+    # node before their batch closes), and re-plans end (every pod Running above: no livelock) and are the
+    # scheduler's doing: nodeplan plans a pod again only once the scheduler dropped its nomination (room it no
+    # longer keeps, so another pod may have taken it), never while the pod's nomination still reserves its room ...
     assert result.planned >= 0.9 * total
-    assert result.replanned <= 0.1 * total
+    assert not result.replanned_pods - set(cleared), sorted(result.replanned_pods - set(cleared))
     # ... nodeplan never clears a nomination, and the API server clears one when it binds the pod
     # (ClearingNominatedNodeNameAfterBinding, beta and on since 1.35): no bound pod keeps one
     assert not [p["metadata"]["name"] for p in pods if (p.get("status") or {}).get("nominatedNodeName")]

@@ -281,7 +281,7 @@ def test_adherence_from_nodeplans_claims_counts_the_first_plan_and_re_plans() ->
     pods = [pod("a", "1", node="n1"), pod("b", "1", node="n2"), pod("c", "1", node="n2"), pod("d", "1", node="x")]
     result = nodeplan_adherence([second, first], pods)
     # d was never planned; a is where planned; b was bound elsewhere; c bound to its second plan's node
-    assert (result.planned, result.as_planned, result.replanned) == (3, 1, 1)
+    assert (result.planned, result.as_planned, result.replanned, result.replanned_pods) == (3, 1, 1, {"c"})
 
 
 def test_adherence_from_nominated_events_uses_each_pods_first_nomination() -> None:
