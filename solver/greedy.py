@@ -68,6 +68,10 @@ class _Claim:
     #: instance type → its devices with what this claim's pods took, for every type it may still become
     #: (Karpenter's AllocationTracker per NodeClaim and instance type); filled when a pod with claims comes
     devices: dict[str, NodeDevices] = field(default_factory=dict)
+    #: the least allocatable of its candidates, per axis: requests within it fit every candidate
+    floor: np.ndarray | None = None
+    #: classes every remaining candidate admits (candidates only ever narrow, so this only grows)
+    admits: set[int] = field(default_factory=set)
 
 
 class DeviceTracker:
@@ -199,6 +203,8 @@ class GreedyScheduler:
 
     def _try_existing(self, c: int, size: np.ndarray, prefer: bool, claims: Claims) -> int | None:
         """The first existing node that fits (and, for claims, whose devices the search can allocate: committed)."""
+        if not len(self.free):
+            return None
         ok = self.p.existing_ok[c] & np.all(self.free >= size, axis=1)
         if prefer:
             ok &= self.p.existing_heaviest[c]
@@ -212,6 +218,12 @@ class GreedyScheduler:
 
     def _narrow(self, claim: _Claim, c: int, total: np.ndarray, prefer: bool) -> np.ndarray:
         cand = claim.candidates
+        if not prefer and claim.floor is not None and bool(np.all(total <= claim.floor)):
+            # the common case once a claim has a few pods: every candidate still fits, nothing to narrow
+            if c not in claim.admits and bool(self.p.template_ok[c, cand].all()):
+                claim.admits.add(c)
+            if c in claim.admits:
+                return cand
         keep = self.p.template_ok[c, cand] & np.all(self.p.template_alloc[cand] >= total, axis=1)
         if prefer:
             keep &= self.p.template_heaviest[c, cand]
@@ -323,9 +335,11 @@ class GreedyScheduler:
         self.used[i] = claim.requests
         if not candidates_changed:
             return
-        self.ceiling[i] = self.p.template_alloc[claim.candidates].max(axis=0)
-        zones = np.unique(self.template_zone[claim.candidates])
-        self.claim_zone[i] = int(zones[0]) if len(zones) == 1 else -1
+        alloc = self.p.template_alloc[claim.candidates]
+        self.ceiling[i] = alloc.max(axis=0)
+        claim.floor = alloc.min(axis=0)
+        zones = self.template_zone[claim.candidates]
+        self.claim_zone[i] = int(zones[0]) if bool(np.all(zones == zones[0])) else -1
 
     def _cheapest(self, candidates: np.ndarray) -> int:
         """Karpenter's launch choice: cheapest offering; ties by instance-type name, then catalog order."""

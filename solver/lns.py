@@ -32,6 +32,9 @@ from solver.patterns import Pattern, copies_matrix, greedy_pricing
 
 #: bins whose fill ``construct`` tries at each step (the cheapest per unit of value first)
 SHORTLIST = 6
+#: how much worse than its last pattern a bin's next one may score and still be taken without pricing the
+#: shortlist again (0: only while it is as good; the construction's speed comes from skipping that pricing)
+STICKY = 0.03
 #: node counts a neighbourhood destroys, tried in turn
 NEIGHBOURHOODS = (4, 8, 12, 6)
 #: CP-SAT seconds one re-pack may take at most
@@ -80,31 +83,43 @@ def construct(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, limits: di
     costs = np.array([float(b.cost) for b in bins])
     compatible = np.array([b.compatible for b in bins], dtype=bool).reshape(len(bins), len(demand))
     fit = copies_matrix(capacity.astype(np.int64), sizes).T * compatible
+    # each bin's worth (``_estimate``), kept up to date class by class: only the classes a pattern takes change
+    worth = np.minimum(fit, remaining[None, :]).astype(float) @ values
     chosen: dict[Pattern, int] = {}
+    last: tuple[float, int] | None = None  # the score and bin of the last pattern taken
     while remaining.any():
         if time.monotonic() > deadline:
             return chosen
-        live = remaining > 0
-        order = _estimate(capacity, costs, compatible, sizes, values, remaining, fit)
-        free_existing = [i for i in order if bins[i].existing and existing_left[i] > 0]
-        shortlist = free_existing[:SHORTLIST] + [i for i in order if not bins[i].existing][:SHORTLIST]
-        best: tuple[float, int, np.ndarray] | None = None
-        for i in shortlist:
+        live_values = np.where(remaining > 0, values, 0.0)
+
+        def price(i: int, live_values: np.ndarray = live_values, remaining: np.ndarray = remaining
+                  ) -> tuple[float, int, np.ndarray] | None:
+            """(cost per value, bin, pattern) of the best fill of bin ``i``, None if it can take nothing."""
             b = bins[i]
-            if not b.existing and _limit_room(bins, limits, b, room) <= 0:
-                continue
-            counts = greedy_pricing(b, sizes, np.where(live, values, 0.0), remaining)
+            if (b.existing and existing_left[i] <= 0) or (not b.existing and _limit_room(bins, limits, b, room) <= 0):
+                return None
+            counts = greedy_pricing(b, sizes, live_values, remaining)
             value = float(values @ counts)
-            if value <= 0:
-                continue
-            score = (b.cost / value, i)
-            if best is None or score < (best[0], best[1]):
-                best = (score[0], i, counts)
-            if b.existing:
-                break  # free capacity first, the way every other stage uses it
+            return (b.cost / value, i, counts) if value > 0 else None
+
+        # the bin just used, again, while it is still as good as it was: every bin's fill can only lose
+        # value as the demand shrinks, so no other bin has become better than that score meanwhile
+        best = price(last[1]) if last is not None else None
+        if best is None or best[0] > last[0] * (1 + STICKY):  # type: ignore[index]
+            order = _order(costs, worth)
+            free_existing = [i for i in order if bins[i].existing and existing_left[i] > 0]
+            shortlist = free_existing[:SHORTLIST] + [i for i in order if not bins[i].existing][:SHORTLIST]
+            best = None
+            for i in shortlist:
+                priced = price(i)
+                if priced is not None and (best is None or priced[:2] < best[:2]):
+                    best = priced
+                if bins[i].existing:
+                    break  # free capacity first, the way every other stage uses it
         if best is None:
             return chosen
-        _, i, counts = best
+        score, i, counts = best
+        last = (score, i)
         b = bins[i]
         used = counts > 0
         copies = int(np.min(remaining[used] // counts[used]))
@@ -130,6 +145,9 @@ def construct(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, limits: di
                 left -= part
                 pattern = Pattern(i, tuple(part.tolist()))
                 chosen[pattern] = chosen.get(pattern, 0) + 1
+        for k in np.flatnonzero(take).tolist():
+            column = fit[:, k]
+            worth -= (np.minimum(column, remaining[k]) - np.minimum(column, remaining[k] - take[k])) * values[k]
         remaining -= take
     return chosen
 
@@ -223,13 +241,17 @@ def _ranked_bins(bins: list[Bin], sizes: np.ndarray, values: np.ndarray, demand:
 
 
 def _estimate(capacity: np.ndarray, costs: np.ndarray, compatible: np.ndarray, sizes: np.ndarray,
-              values: np.ndarray, demand: np.ndarray, fit: np.ndarray | None = None) -> list[int]:
+              values: np.ndarray, demand: np.ndarray) -> list[int]:
     """Positions of the bins that can hold some of ``demand``, cheapest per unit of the most valuable
     single class they could hold (a cheap proxy for a full fill)."""
     live = demand > 0
-    held = (copies_matrix(capacity.astype(np.int64), sizes[live]).T * compatible[:, live] if fit is None
-            else fit[:, live])
-    worth = np.minimum(held, demand[live][None, :]).astype(float) @ values[live]
+    held = copies_matrix(capacity.astype(np.int64), sizes[live]).T * compatible[:, live]
+    return _order(costs, np.minimum(held, demand[live][None, :]).astype(float) @ values[live])
+
+
+def _order(costs: np.ndarray, worth: np.ndarray) -> list[int]:
+    """``_estimate``'s order from each bin's worth (the value of what it could hold of the demand)."""
+    worth = np.where(worth > 1e-9, worth, 0.0)  # a worth kept up to date may drift by rounding, not to a bin
     ratio = np.where(worth > 0, costs / np.maximum(worth, 1e-12), np.inf)
     cheap = [i for i in np.argsort(ratio, kind="stable").tolist() if np.isfinite(ratio[i])]
     # the proxy favours bins just big enough for everything; the largest bins pack best: take both

@@ -62,15 +62,32 @@ def _copies(free: list[int], size: list[int]) -> int:
     return best
 
 
-_SPARSE: list[tuple[np.ndarray, list[list[tuple[int, int]]]]] = []
+_SPARSE: list[tuple[np.ndarray, list[list[tuple[int, int]]], list[tuple[int, int]]]] = []
 
 
 def sparse_rows(sizes: np.ndarray) -> list[list[tuple[int, int]]]:
     """Each class's non-zero (axis, size) pairs, for the last ``sizes`` array seen: a class uses 3–5 of a
     dozen axes (most per-node counters are zero), and pricing asks "how many fit" millions of times."""
+    return _sparse(sizes)[1]
+
+
+def _floors(sizes: np.ndarray) -> list[tuple[int, int]]:
+    """(axis, smallest size) for every axis each class uses (cpu, memory, pods for most batches): a node
+    whose room on one of them is below the smallest size can take no class at all."""
+    return _sparse(sizes)[2]
+
+
+def _sparse(sizes: np.ndarray) -> tuple[np.ndarray, list[list[tuple[int, int]]], list[tuple[int, int]]]:
     if not _SPARSE or _SPARSE[0][0] is not sizes:
-        _SPARSE[:] = [(sizes, [[(r, z) for r, z in enumerate(row) if z > 0] for row in sizes.tolist()])]
-    return _SPARSE[0][1]
+        rows = [[(r, z) for r, z in enumerate(row) if z > 0] for row in sizes.tolist()]
+        floors = [(r, int(sizes[:, r].min())) for r in range(sizes.shape[1])
+                  if len(sizes) and bool(np.all(sizes[:, r] > 0))]
+        _SPARSE[:] = [(sizes, rows, floors)]
+    return _SPARSE[0]
+
+
+def _full(free: list[int], floors: list[tuple[int, int]]) -> bool:
+    return any(free[r] < z for r, z in floors)
 
 
 def _fits(free: list[int], row: list[tuple[int, int]]) -> int:
@@ -91,7 +108,7 @@ def _take(free: list[int], row: list[tuple[int, int]], n: int) -> None:
 
 def fill(b: Bin, sizes: np.ndarray, values: np.ndarray, limit: np.ndarray, order: list[int]) -> np.ndarray:
     """Greedy fill of ``b`` taking classes in ``order``, each up to ``limit``."""
-    rows = sparse_rows(sizes)
+    _, rows, floors = _sparse(sizes)
     counts = [0] * len(rows)
     free = b.capacity.tolist()
     limits = limit.tolist()
@@ -103,6 +120,8 @@ def fill(b: Bin, sizes: np.ndarray, values: np.ndarray, limit: np.ndarray, order
         if n > 0:
             counts[k] = n
             _take(free, rows[k], n)
+            if _full(free, floors):
+                break
     return np.array(counts, dtype=np.int64)
 
 
@@ -134,15 +153,19 @@ def greedy_pricing(b: Bin, sizes: np.ndarray, values: np.ndarray, demand: np.nda
 
 def complete(b: Bin, sizes: np.ndarray, demand: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Top a pattern up with any class that still fits (a maximal pattern never costs more)."""
-    rows = sparse_rows(sizes)
+    _, rows, floors = _sparse(sizes)
     free = (b.capacity - counts @ sizes).tolist()
     out = counts.tolist()
     room = (demand - counts).tolist()
+    if _full(free, floors):
+        return counts
     for k in np.flatnonzero(b.compatible & (counts < demand)).tolist():
         n = min(int(room[k]), _fits(free, rows[k]))
         if n > 0:
             out[k] += n
             _take(free, rows[k], n)
+            if _full(free, floors):
+                break
     return np.array(out, dtype=np.int64)
 
 

@@ -65,7 +65,7 @@ FINISH_SHARE = 0.25
 #: above this many pattern × class pairs the pattern master is not built (20,000 diverse pods: 2.8 M)
 MASTER_MAX_TERMS = 1_000_000
 #: share of the time left after greedy the pattern construction (the first improvement) may use
-CONSTRUCT_SHARE = 0.15
+CONSTRUCT_SHARE = 0.5
 #: share of the time limit the construction may use even when loading, compiling and greedy used it all
 CONSTRUCT_FLOOR = 0.03
 #: column generation is not started with less than this many seconds left (LNS uses them instead)

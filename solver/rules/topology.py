@@ -222,6 +222,8 @@ class _Planner:
         #: pinned pods: (the shape without its pins, the pins)
         self._bases: dict[str, tuple[tuple[object, ...], tuple[tuple[str, str], ...]]] = {}
         self._usable: dict[tuple[object, ...], list[int]] = {}
+        #: (requirements, tolerations) → the schedulable nodes they admit: shapes differ mostly in requests
+        self._admitted: dict[tuple[object, object], list[int]] = {}
         self._views: dict[tuple[DomainRule, str], tuple[object, ...]] = {}
         self._reach_of: dict[str, dict[str, _Reach]] = {}
         #: the spread groups planned: (viewer, rule, the domains its global minimum is taken over)
@@ -278,18 +280,22 @@ class _Planner:
         """The nodes (by index) a pod of this shape may land on and fits on."""
         requirements, tolerations, requests = shape
         assert isinstance(requirements, tuple) and isinstance(requests, Resources)
+        admitted = self._admitted.get((requirements, tolerations))
+        if admitted is None:
+            admitted = self._admitted[(requirements, tolerations)] = [
+                i for i, node in enumerate(self.nodes)
+                if node.schedulable and any(r.matches(node.labels) for r in requirements)
+                and not untolerated(tolerations, node.taints)]  # type: ignore[arg-type]
         fits: dict[Resources, bool] = {}
         out = []
-        for i, node in enumerate(self.nodes):
-            if not node.schedulable or not any(r.matches(node.labels) for r in requirements):
-                continue
-            if node.room is not None:
-                if node.room not in fits:
-                    fits[node.room] = requests.fits_in(node.room)
-                if not fits[node.room]:
+        for i in admitted:
+            room = self.nodes[i].room
+            if room is not None:
+                if room not in fits:
+                    fits[room] = requests.fits_in(room)
+                if not fits[room]:
                     continue
-            if not untolerated(tolerations, node.taints):  # type: ignore[arg-type]
-                out.append(i)
+            out.append(i)
         return out
 
     def reach(self, pod: Pod, key: str) -> _Reach:
