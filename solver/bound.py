@@ -25,20 +25,30 @@ def share_bound(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, deadline
     ks = np.flatnonzero(demand > 0)
     if not len(ks) or not bins:
         return 0.0
-    capacity = np.array([b.capacity for b in bins], dtype=float)
-    holds = (copies_matrix(capacity.astype(np.int64), sizes[ks]) > 0) & np.array([b.compatible[ks] for b in bins]).T
-    costs = np.array([float(b.cost) for b in bins])
-    # share of bin b's capacity one pod of class k takes on axis r, priced at b's cost: (R, K, B)
+    # bins of one capacity and cost (an instance type in each of its zones) price every class alike: one column
+    # each, admitting what any of them admits (the minimum over them is the same)
+    groups: dict[tuple[float, tuple[int, ...]], np.ndarray] = {}
+    for b in bins:
+        key = (float(b.cost), tuple(b.capacity.tolist()))
+        admitted = b.compatible[ks]
+        groups[key] = groups[key] | admitted if key in groups else admitted.copy()
+    capacity = np.array([cap for _, cap in groups], dtype=float)
+    costs = np.array([cost for cost, _ in groups])
+    holds = (copies_matrix(capacity.astype(np.int64), sizes[ks]) > 0) & np.array(list(groups.values())).T
+    # share of bin b's capacity one pod of class k takes on axis r, priced at b's cost (inf where b cannot
+    # hold k): (R, K, B)
     with np.errstate(divide="ignore", invalid="ignore"):
         priced = [np.where(holds, costs[None, :] * np.nan_to_num(sizes[ks, r][:, None] / capacity[None, :, r],
                                                                    nan=0.0, posinf=np.inf), np.inf)
                   for r in range(sizes.shape[1])]
     weights = demand[ks].astype(float)
+    none_held = ~holds.any(axis=1)
 
     def bound(w: np.ndarray) -> float:
         prices = sum((w[r] * priced[r] for r in range(len(priced)) if w[r] > 0), np.zeros_like(priced[0]))
-        per_class = np.min(np.where(holds, prices, np.inf), axis=1)
-        return float(weights @ np.where(np.isfinite(per_class), per_class, 0.0))
+        per_class = np.min(prices, axis=1)
+        per_class[none_held | ~np.isfinite(per_class)] = 0.0
+        return float(weights @ per_class)
 
     axes = sizes.shape[1]
     best, best_w = 0.0, np.zeros(axes)
