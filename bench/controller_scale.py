@@ -250,58 +250,78 @@ def _tracemalloc_delta(action: Callable[[], Any]) -> tuple[Any, int, float]:
     return result, after - before, seconds
 
 
-def offline(pods: int, nodes: int, deployments: int, pending: int, changed: int) -> dict[str, float]:
-    from kubernetes import client
+class OfflineCluster:
+    """The synthetic cluster as list pages (``pods`` bound pods of ``deployments`` Deployments on ``nodes``
+    nodes, one NodePool), served to as many fresh caches as the measurements need."""
 
-    from bench.workloads import linux_pool
-    from controller.cache import ClusterCache, Resource
-    from controller.provisioner import Provisioner, ProvisionerOptions
-    from model.snapshot import parse_objects
-    from providers.kwok import kwok_catalog
+    KINDS = ("Pod", "Node", "NodePool", "NodeClaim", "DaemonSet")
 
-    made = time.perf_counter()
-    pod_pages = list_pages("Pod", synthetic_pods(pods, nodes, deployments))
-    node_pages = list_pages("Node", synthetic_nodes(nodes))
-    pool_pages = list_pages("NodePool", iter([linux_pool()]))
-    json_bytes = sum(len(p) for p in pod_pages)
-    print(f"generated {pods} pods ({json_bytes / pods:.0f} bytes of JSON each) and {nodes} nodes in "
-          f"{time.perf_counter() - made:.1f}s", file=sys.stderr)
-    empty = list_pages("X", iter([]))
-    kinds = ("Pod", "Node", "NodePool", "NodeClaim", "DaemonSet")
+    def __init__(self, pods: int, nodes: int, deployments: int) -> None:
+        from bench.workloads import linux_pool
 
-    def new_cache() -> ClusterCache:
-        pages = {"Pod": pod_pages, "Node": node_pages, "NodePool": pool_pages}
+        self.pods = pods
+        self.pages = {"Pod": list_pages("Pod", synthetic_pods(pods, nodes, deployments)),
+                      "Node": list_pages("Node", synthetic_nodes(nodes)),
+                      "NodePool": list_pages("NodePool", iter([linux_pool()]))}
+
+    def cache(self) -> Any:
+        """A ClusterCache with every kind but Pods listed (``informers["Pod"]._list()`` lists those)."""
+        from controller.cache import ClusterCache, Resource
+
+        empty = list_pages("X", iter([]))
         made = ClusterCache({k: Resource(k, "karpenter.sh/v1" if k in ("NodePool", "NodeClaim") else "v1",
-                                         PagedLister(pages.get(k, empty))) for k in kinds})
-        for kind in kinds:
+                                         PagedLister(self.pages.get(k, empty))) for k in self.KINDS})
+        for kind in self.KINDS:
             if kind != "Pod":
                 made.informers[kind]._list()
         return made
 
-    def batch_overhead(cache: ClusterCache, provisioner: Provisioner) -> tuple[int, float]:
-        started = time.perf_counter()
-        batch = provisioner.pending()
-        snapshot = cache.snapshot(provisioner.snapshot_objects(batch))
-        return len(snapshot.pending_pods()), time.perf_counter() - started
+    def provisioner(self, cache: Any) -> Any:
+        from kubernetes import client
 
-    # memory, under tracemalloc: the slim objects the list stores, then the models the first batch parses
-    def memory() -> tuple[int, int]:
-        measured = new_cache()
+        from controller.provisioner import Provisioner, ProvisionerOptions
+        from providers.kwok import kwok_catalog
+
+        return Provisioner(client.ApiClient(), cache, kwok_catalog(), ProvisionerOptions())
+
+    def memory_per_pod(self) -> tuple[float, float]:
+        """Bytes a pod costs under tracemalloc: the slim objects the list stores, then the models the first
+        batch parses and the cache keeps (together, what the controller holds per watched pod)."""
+        measured = self.cache()
         _, listed, _ = _tracemalloc_delta(measured.informers["Pod"]._list)
-        provisioner = Provisioner(client.ApiClient(), measured, kwok_catalog(), ProvisionerOptions())
-        _, parsed, _ = _tracemalloc_delta(lambda: batch_overhead(measured, provisioner))
-        return listed, parsed
+        provisioner = self.provisioner(measured)
+        _, parsed, _ = _tracemalloc_delta(lambda: batch_timed(measured, provisioner))
+        return listed / self.pods, parsed / self.pods
 
-    pod_bytes, parsed_bytes = memory()
+
+def batch_timed(cache: Any, provisioner: Any) -> tuple[int, float, float]:
+    """A batch's work but the solve: its pending pods, wall and CPU seconds (CPU time is what a loaded machine
+    leaves comparable)."""
+    started, cpu = time.perf_counter(), time.process_time()
+    batch = provisioner.pending()
+    snapshot = cache.snapshot(provisioner.snapshot_objects(batch))
+    return len(snapshot.pending_pods()), time.perf_counter() - started, time.process_time() - cpu
+
+
+def offline(pods: int, nodes: int, deployments: int, pending: int, changed: int) -> dict[str, float]:
+    from model.snapshot import parse_objects
+
+    made = time.perf_counter()
+    cluster = OfflineCluster(pods, nodes, deployments)
+    pod_pages = cluster.pages["Pod"]
+    json_bytes = sum(len(p) for p in pod_pages)
+    print(f"generated {pods} pods ({json_bytes / pods:.0f} bytes of JSON each) and {nodes} nodes in "
+          f"{time.perf_counter() - made:.1f}s", file=sys.stderr)
+    pod_bytes, parsed_bytes = (per_pod * pods for per_pod in cluster.memory_per_pod())
     gc.collect()
     # time, without tracemalloc, on a cache of its own
-    cache = new_cache()
+    cache = cluster.cache()
     informer = cache.informers["Pod"]
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     informer._list()
-    decode_s = time.perf_counter() - started
-    provisioner = Provisioner(client.ApiClient(), cache, kwok_catalog(), ProvisionerOptions())
-    _, first_s = batch_overhead(cache, provisioner)
+    decode_s, decode_cpu = time.perf_counter() - started, time.process_time() - cpu
+    provisioner = cluster.provisioner(cache)
+    _, first_s, first_cpu = batch_timed(cache, provisioner)
     # a steady batch: bound pods changed (a label) and new pending pods arrived, by watch events
     decoder = informer._decoder
     lines = []
@@ -313,30 +333,34 @@ def offline(pods: int, nodes: int, deployments: int, pending: int, changed: int)
         pod = api_pod(f"new-{i:05d}", f"team-{d % 20:02d}", f"new-{d:04d}-7c7c", cpu="500m", memory="1Gi",
                       rv=950_000 + i, app=f"new-{d:04d}")
         lines.append(json.dumps({"type": "ADDED", "object": pod}).encode())
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for line in lines:
         informer._apply(*decoder.decode_event(line))
-    events_s = time.perf_counter() - started
-    steady_pending, steady_s = batch_overhead(cache, provisioner)
-    unchanged = sorted(batch_overhead(cache, provisioner)[1] for _ in range(5))
+    events_s, events_cpu = time.perf_counter() - started, time.process_time() - cpu
+    steady_pending, steady_s, steady_cpu = batch_timed(cache, provisioner)
+    unchanged = [batch_timed(cache, provisioner) for _ in range(5)]
+    unchanged_s, unchanged_cpu = sorted(u[1] for u in unchanged), sorted(u[2] for u in unchanged)
     # what a batch cost before: every object parsed again
     objects = provisioner.snapshot_objects(provisioner.pending())
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     parse_objects(objects, source="cluster")
-    reparse_s = time.perf_counter() - started
+    reparse_s, reparse_cpu = time.perf_counter() - started, time.process_time() - cpu
     old_decode = time.perf_counter()
     for data in pod_pages:
         json.loads(data)
     old_decode = time.perf_counter() - old_decode
     return {
         "pods": pods, "nodes": nodes, "JSON bytes/pod": json_bytes / pods, "list pages": informer.pages,
-        "list + slim decode s": decode_s, "json.loads of the pages s": old_decode,
+        "list + slim decode s": decode_s, "list + slim decode cpu s": decode_cpu,
+        "json.loads of the pages s": old_decode,
         "cache bytes/pod": pod_bytes / pods, "parsed models bytes/pod": parsed_bytes / pods,
-        "first batch s (all parsed)": first_s,
-        "watch events": len(lines), "watch events s": events_s,
-        "steady batch s": steady_s, "steady batch pending pods": steady_pending,
-        "unchanged batch s (median of 5)": unchanged[2], "unchanged batch s (min)": unchanged[0],
-        "every object parsed again s": reparse_s,
+        "memory bytes/pod (target 2048)": (pod_bytes + parsed_bytes) / pods,
+        "first batch s (all parsed)": first_s, "first batch cpu s": first_cpu,
+        "watch events": len(lines), "watch events s": events_s, "watch events cpu s": events_cpu,
+        "steady batch s": steady_s, "steady batch cpu s": steady_cpu, "steady batch pending pods": steady_pending,
+        "unchanged batch s (median of 5)": unchanged_s[2], "unchanged batch s (min)": unchanged_s[0],
+        "unchanged batch cpu s (median of 5)": unchanged_cpu[2], "unchanged batch cpu s (min)": unchanged_cpu[0],
+        "every object parsed again s": reparse_s, "every object parsed again cpu s": reparse_cpu,
     }
 
 

@@ -14,8 +14,8 @@ import typer
 from kubernetes import client, config
 from urllib3.exceptions import HTTPError
 
-from cli.settings import NO_GATES, Duration, FeatureGates, LogLevel, envvars
-from controller import crds, permissions
+from cli.settings import NO_GATES, Duration, FeatureGates, LogLevel, Positive, envvars
+from controller import crds, permissions, throttle
 from controller.disruption import DisruptionOptions
 from controller.leader import DEFAULT_LEASE_NAME
 from controller.logs import LogFormat
@@ -97,6 +97,14 @@ def run_cmd(
                                              )] = 8081,
     bind_address: Annotated[str, typer.Option("--bind-address", help="Address the HTTP endpoints listen on.")
                             ] = "0.0.0.0",
+    kube_client_qps: Annotated[float, typer.Option(
+        "--kube-client-qps", parser=Positive(), envvar=envvars("kube_client_qps"), metavar="QPS",
+        show_default=str(int(throttle.DEFAULT_QPS)), help="The smoothed rate of requests a second to the API "
+        "server: the client's token bucket refills this fast (client-go's QPS).")] = throttle.DEFAULT_QPS,
+    kube_client_burst: Annotated[int, typer.Option(
+        "--kube-client-burst", parser=Positive(integer=True), envvar=envvars("kube_client_burst"), metavar="N",
+        show_default=str(throttle.DEFAULT_BURST), help="The most requests sent at once before --kube-client-qps "
+        "paces them (the bucket's size, client-go's Burst).")] = throttle.DEFAULT_BURST,
     leader_elect: Annotated[bool | None, typer.Option("--leader-elect/--no-leader-elect", help="Provision only "
                                                       "while holding a Lease (default: on in-cluster, off with "
                                                       "--kubeconfig).", show_default=False)] = None,
@@ -177,7 +185,8 @@ def run_cmd(
     or a worker loop crashed (Kubernetes restarts the pod). Every option is also the environment variable
     NODEPLAN_<OPTION> (NODEPLAN_BATCH_MAX=10s); Karpenter's names are accepted where the meaning is the same
     (BATCH_MAX_DURATION, BATCH_IDLE_DURATION, LOG_LEVEL, METRICS_PORT, HEALTH_PROBE_PORT, FEATURE_GATES,
-    PREFERENCE_POLICY, LEADER_ELECTION_NAME, LEADER_ELECTION_NAMESPACE); a flag wins over both.
+    PREFERENCE_POLICY, LEADER_ELECTION_NAME, LEADER_ELECTION_NAMESPACE, KUBE_CLIENT_QPS, KUBE_CLIENT_BURST); a flag
+    wins over both.
 
     Example: nodeplan run --kubeconfig /tmp/nodeplan-cluster/kubeconfig --metrics-port 0 --health-port 0
     """
@@ -203,7 +212,7 @@ def run_cmd(
         # the KWOK provider plays the DRA driver from these inventories: with DRA off it publishes nothing
         instance_types = tuple(it.model_copy(update={"resource_slices": ()}) for it in instance_types)
     try:
-        api = api_client(str(kubeconfig) if kubeconfig else None)
+        api = api_client(str(kubeconfig) if kubeconfig else None, qps=kube_client_qps, burst=kube_client_burst)
     except (config.ConfigException, OSError, ValueError) as err:
         raise _fail(f"unusable kubeconfig: {err}") from None
     elect = False if shadow else leader_elect if leader_elect is not None else (kubeconfig is None and in_cluster())

@@ -29,11 +29,11 @@ from model.durations import parse_duration
 PREFIX = "NODEPLAN"
 
 #: option → Karpenter's environment variable of the same meaning (Karpenter's defaults equal nodeplan's:
-#: 10 s / 1 s batches, ports 8080 / 8081, Respect, info). Not mapped, because nodeplan has no equivalent:
-#: KUBE_CLIENT_QPS / KUBE_CLIENT_BURST (the Python client has no client-side rate limiter to set),
-#: DISABLE_LEADER_ELECTION and IGNORE_DRA_REQUESTS (inverted meaning and a different default: a Karpenter chart's
-#: IGNORE_DRA_REQUESTS=true would switch nodeplan's DRA off; ``--no-dra`` says it), MEMORY_LIMIT, CPU_REQUESTS,
-#: MIN_VALUES_POLICY, SCHEDULER_CONFIG, LOG_OUTPUT_PATHS.
+#: 10 s / 1 s batches, ports 8080 / 8081, Respect, info, 200 QPS / 300 burst for the API client's token bucket,
+#: ``controller.throttle``). Not mapped, because nodeplan has no equivalent: DISABLE_LEADER_ELECTION and
+#: IGNORE_DRA_REQUESTS (inverted meaning and a different default: a Karpenter chart's IGNORE_DRA_REQUESTS=true
+#: would switch nodeplan's DRA off; ``--no-dra`` says it), MEMORY_LIMIT, CPU_REQUESTS, MIN_VALUES_POLICY,
+#: SCHEDULER_CONFIG, LOG_OUTPUT_PATHS.
 KARPENTER_NAMES: Mapping[str, str] = {
     "batch_max": "BATCH_MAX_DURATION",
     "batch_idle": "BATCH_IDLE_DURATION",
@@ -47,6 +47,8 @@ KARPENTER_NAMES: Mapping[str, str] = {
     "cluster_name": "CLUSTER_NAME",
     "cluster_endpoint": "CLUSTER_ENDPOINT",
     "interruption_queue": "INTERRUPTION_QUEUE",
+    "kube_client_qps": "KUBE_CLIENT_QPS",
+    "kube_client_burst": "KUBE_CLIENT_BURST",
 }
 
 #: ``NODEPLAN_`` variables the repository's tooling reads (hack/, tests): not settings, not unknown either
@@ -87,6 +89,29 @@ class Duration:
         if seconds < self.minimum:
             raise typer.BadParameter(f"{value!r} is shorter than the minimum {self.minimum:g}s")
         return seconds
+
+
+class Positive:
+    """A ``typer.Option`` parser: a number above zero (``integer``: a whole one), as client-go's QPS and Burst
+    (zero or less would mean client-go's defaults or no limit there; here it is a mistake to report)."""
+
+    def __init__(self, integer: bool = False) -> None:
+        self.integer = integer
+
+    def __call__(self, value: str | float) -> float:
+        if isinstance(value, int | float):  # the declared default
+            return value
+        try:
+            number = float(value.strip())  # also what Helm renders a large whole value as: 1e+06
+        except ValueError:
+            raise typer.BadParameter(f"{value!r} is not a number") from None
+        if not 0 < number < float("inf"):
+            raise typer.BadParameter(f"{value!r} must be a number above 0")
+        if self.integer:
+            if not number.is_integer():
+                raise typer.BadParameter(f"{value!r} is not a whole number")
+            return int(number)
+        return number
 
 
 class LogLevel(StrEnum):

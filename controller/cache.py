@@ -16,7 +16,6 @@ parses only what changed since the last one.
 from __future__ import annotations
 
 import contextlib
-import email.utils
 import logging
 import socket
 import threading
@@ -27,8 +26,9 @@ from typing import Any
 
 from kubernetes import client
 
-from controller.decode import Decoder, PodParser, Shared
+from controller.decode import Decoder, NodeParser, PodParser, Shared
 from controller.kinds import READ
+from controller.throttle import caller_retries, retry_after
 from model.snapshot import Snapshot, parse_object, parse_objects
 
 log = logging.getLogger(__name__)
@@ -37,8 +37,6 @@ Lister = Callable[..., Any]
 Object = dict[str, Any]
 #: objects per list page (client-go's pager default)
 PAGE_SIZE = 500
-#: the longest ``Retry-After`` honoured (a larger one is read as this)
-MAX_RETRY_AFTER = 60.0
 
 
 @dataclass(frozen=True)
@@ -63,24 +61,16 @@ def _rv(obj: Mapping[str, Any]) -> int:
         return 0
 
 
+def _identity(obj: Mapping[str, Any]) -> str:
+    """What ``Informer._parsed`` is keyed by: the object's uid, a string its stored dict already holds (a key
+    built per object would cost ~70 bytes a pod); its namespace/name when it has none (hand-made objects)."""
+    uid = (obj.get("metadata") or {}).get("uid")
+    return uid if isinstance(uid, str) and uid else object_key(obj)
+
+
 def _version(obj: Mapping[str, Any]) -> tuple[Any, Any]:
     meta = obj.get("metadata") or {}
     return meta.get("uid"), meta.get("resourceVersion")
-
-
-def retry_after(err: client.ApiException, default: float) -> float:
-    """Seconds a throttled request should wait: the response's ``Retry-After`` (seconds or an HTTP date),
-    else ``default``; at most ``MAX_RETRY_AFTER``."""
-    value = str((getattr(err, "headers", None) or {}).get("Retry-After") or "").strip()
-    seconds = default
-    if value:
-        try:
-            seconds = float(value)
-        except ValueError:
-            when = email.utils.parsedate_to_datetime(value) if value else None
-            if when is not None:
-                seconds = when.timestamp() - time.time()
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
 
 
 class WatchExpired(Exception):
@@ -98,10 +88,11 @@ class Informer:
         self._max_backoff = max_backoff
         self._page_size = page_size
         self._decoder = Decoder(resource.kind, resource.api_version, shared)
-        self._parse: Callable[[Mapping[str, Any]], Any] = PodParser() if resource.kind == "Pod" else parse_object
+        parsers: dict[str, Callable[[Mapping[str, Any]], Any]] = {"Pod": PodParser(), "Node": NodeParser()}
+        self._parse = parsers.get(resource.kind, parse_object)
         self._lock = threading.Lock()
         self._store: dict[str, Object] = {}
-        #: key → (the stored object it was parsed from, its model)
+        #: ``_identity`` → (the stored object it was parsed from, its model)
         self._parsed: dict[str, tuple[Object, Any]] = {}
         self._stop = threading.Event()
         self._response: Any = None
@@ -127,15 +118,15 @@ class Informer:
     def parsed(self, obj: Mapping[str, Any]) -> Any:
         """The model of ``obj``: parsed once while ``obj`` is the stored version of its object; any other dict
         (a copy a reader changed, an object of another source) is parsed afresh and not kept."""
-        key = object_key(obj)
+        ident = _identity(obj)
         with self._lock:
-            entry = self._parsed.get(key)
+            entry = self._parsed.get(ident)
         if entry is not None and entry[0] is obj:
             return entry[1]
         model = self._parse(obj)
         with self._lock:
-            if self._store.get(key) is obj:
-                self._parsed[key] = (obj, model)
+            if self._store.get(object_key(obj)) is obj:
+                self._parsed[ident] = (obj, model)
         return model
 
     def upsert(self, obj: Mapping[str, Any]) -> None:
@@ -146,7 +137,13 @@ class Informer:
             current = self._store.get(key)
             if current is None or _rv(slim) >= _rv(current):
                 self._store[key] = slim
-                self._parsed.pop(key, None)
+                self._forget(current, slim)
+
+    def _forget(self, *objects: Mapping[str, Any] | None) -> None:
+        """Drop the models of replaced or deleted versions (the caller holds the lock)."""
+        for obj in objects:
+            if obj is not None:
+                self._parsed.pop(_identity(obj), None)
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -191,11 +188,13 @@ class Informer:
                 backoff = min(backoff * 2, self._max_backoff)
 
     def _call(self, **kwargs: Any) -> Any:
-        """One list or watch request; a 429 waits its Retry-After (else the back-off) and repeats it."""
+        """One list or watch request; a 429 waits its Retry-After (else the back-off) and repeats it (here only:
+        the API client's own 429 retries stand aside, ``controller.throttle``)."""
         backoff = 0.2
         while True:
             try:
-                return self.resource.lister(**kwargs)
+                with caller_retries():
+                    return self.resource.lister(**kwargs)
             except client.ApiException as err:
                 if err.status != 429 or self._stop.is_set():
                     raise
@@ -242,10 +241,10 @@ class Informer:
         carry over to the new copy, so a re-list parses only what changed."""
         with self._lock:
             kept: dict[str, tuple[Object, Any]] = {}
-            for key, (old, model) in self._parsed.items():
-                new = items.get(key)
+            for old, model in self._parsed.values():
+                new = items.get(object_key(old))
                 if new is not None and _version(new) == _version(old):
-                    kept[key] = (new, model)
+                    kept[_identity(new)] = (new, model)
             self._store = items
             self._parsed = kept
 
@@ -276,11 +275,10 @@ class Informer:
             return
         key = object_key(obj)
         with self._lock:
-            if kind == "DELETED":
-                self._store.pop(key, None)
-            else:
+            old = self._store.pop(key, None) if kind == "DELETED" else self._store.get(key)
+            if kind != "DELETED":
                 self._store[key] = obj
-            self._parsed.pop(key, None)
+            self._forget(old, obj)
         if rv:
             self.resource_version = str(rv)
         self._on_change(self.resource.kind)

@@ -14,7 +14,8 @@ copies of each. Cached objects are therefore read-only: a reader that changes on
 
 What is kept of a Pod is what ``model.pod.Pod.parse`` reads plus what the controller reads itself (PodScheduled
 reason, priorityClassName, tolerations for drains, deletionTimestamp); ``tests/unit/test_decode.py`` checks the
-parsed Pod and Node are the same either way.
+parsed Pod and Node are the same either way. ``PodParser`` and ``NodeParser`` parse once per shape, so the models
+of replicas (one ``model.pod.PodShape``) and of Nodes of one type share everything but their identity.
 """
 
 from __future__ import annotations
@@ -149,8 +150,12 @@ _SHARED_FIELDS = {
             ("status", "conditions")),
     "Node": (("spec", "taints"), ("status", "capacity"), ("status", "allocatable")),
 }
-#: short strings many objects repeat (namespace, phase, priority class), kept once
-_INTERNED = (("metadata", "namespace"), ("status", "phase"), ("spec", "priorityClassName"))
+#: per kind, strings many objects repeat, kept once (``sys.intern``: freed with their last user): namespace, phase,
+#: priority class, and the node a pod is bound to, the same object as that Node's name (~10 pods a node)
+_INTERNED = {
+    "Pod": (("metadata", "namespace"), ("status", "phase"), ("spec", "priorityClassName"), ("spec", "nodeName")),
+    "Node": (("metadata", "name"),),
+}
 
 
 class Shared:
@@ -258,7 +263,7 @@ class Decoder:
         return obj
 
     def _share(self, obj: Object) -> None:
-        for section, field in _INTERNED:
+        for section, field in _INTERNED.get(self.kind, ()):
             part = obj.get(section)
             if isinstance(part, dict) and isinstance(part.get(field), str):
                 part[field] = sys.intern(part[field])
@@ -331,3 +336,51 @@ class PodParser:
         # every copy names the same fields as set: share the shape's set instead of one per pod
         object.__setattr__(pod, "__pydantic_fields_set__", shape.__pydantic_fields_set__)
         return pod
+
+
+class NodeParser:
+    """``model.node.Node.parse`` once per node shape: Nodes of one instance type differ in name, labels,
+    providerID and creation time, so a Node whose other fields match an earlier one's is that Node's model with
+    those four replaced — the same model (``tests/unit/test_decode.py``), sharing its taints, annotations and
+    resource vectors. Bounded like ``Shared``."""
+
+    def __init__(self, limit: int = 5_000) -> None:
+        self._shapes: dict[tuple[bytes, bytes, bytes], Any] = {}
+        self._limit = limit
+        self._encode = msgspec.json.Encoder().encode
+
+    def __call__(self, raw: Mapping[str, Any]) -> Any:
+        from model.node import Node
+
+        sections = [raw.get(name) for name in ("metadata", "spec", "status")]
+        if not all(isinstance(part, dict) or part is None for part in sections):
+            return Node.parse(raw)  # not an API object: the parser names the bad field
+        meta, spec, status = (part or {} for part in sections)
+        labels = meta.get("labels") or {}
+        identity = (meta.get("name"), meta.get("creationTimestamp"), spec.get("providerID"))
+        if (not isinstance(labels, dict) or not all(isinstance(v, str) for v in (*labels, *labels.values()))
+                or not all(v is None or isinstance(v, str) for v in identity)):
+            return Node.parse(raw)
+        # everything else ``Node.parse`` reads (owner references, finalizers and times it does not)
+        key = (self._encode([meta.get("annotations"), meta.get("deletionTimestamp")]),
+               self._encode([spec.get("taints"), spec.get("unschedulable")]),
+               self._encode([status.get("capacity"), status.get("allocatable"), _condition_states(status)]))
+        shape = self._shapes.get(key)
+        if shape is None:
+            shape = Node.parse(raw)
+            if len(self._shapes) >= self._limit:
+                self._shapes.clear()
+            self._shapes[key] = shape
+        name, created, provider = identity
+        node = shape.model_copy(update={"name": name or "", "labels": dict(labels), "provider_id": provider or "",
+                                        "created": created or ""})
+        object.__setattr__(node, "__pydantic_fields_set__", shape.__pydantic_fields_set__)
+        return node
+
+
+def _condition_states(status: Mapping[str, Any]) -> Any:
+    """What ``Node.parse`` reads of ``status.conditions``: each condition's type and status (not its times)."""
+    conditions = status.get("conditions")
+    if isinstance(conditions, list) and all(isinstance(c, dict) for c in conditions):
+        return [(c.get("type"), c.get("status")) for c in conditions]
+    return conditions

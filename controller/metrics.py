@@ -41,6 +41,7 @@ from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
+from controller import throttle
 from controller.cache import ClusterCache
 from controller.cluster_metrics import FAMILIES, ClusterStateMetrics
 from model import labels as wk
@@ -59,6 +60,8 @@ KARPENTER_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 
                      120, 150, 300, 450, 600)
 #: operatorpkg's client latency buckets: ExponentialBuckets(0.001, 1.5, 20)
 CLIENT_BUCKETS = tuple(0.001 * 1.5 ** i for i in range(20))
+#: client-go's ``rest_client_rate_limiter_duration_seconds`` buckets (component-base)
+RATE_LIMITER_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
 #: Karpenter's ``metrics.SummaryObjectives()`` quantiles
 QUANTILES = (0.0, 0.5, 0.9, 0.99, 1.0)
 #: Go's ``prometheus.DefMaxAge``: a summary's quantiles cover the last ten minutes
@@ -331,10 +334,16 @@ class Metrics:
                                                "(nodeplan)", ["decider"], registry=r)
         for gauge in (self.queue_depth, self.unschedulable):
             gauge.labels(CONTROLLER).set(0)
-        # API throttling (controller.cache): list/watch requests answered 429, each repeated after its Retry-After
-        self.api_throttled = Counter(f"{OWN}api_throttled_requests", "List and watch requests the API server "
-                                     "throttled (429), by kind; each was retried after its Retry-After",
-                                     ["kind"], registry=r)
+        # API throttling: requests answered 429, each repeated after its Retry-After (lists and watches by the
+        # cache's informers, every other request by controller.throttle), and the waits of the client's own limit
+        self.api_throttled = Counter(f"{OWN}api_throttled_requests", "API requests the API server throttled "
+                                     "(429, or a 5xx with Retry-After), by kind; each was retried after its "
+                                     "Retry-After", ["kind"], registry=r)
+        # Karpenter exports no rate-limiter metric; this is client-go's rest_client_rate_limiter_duration_seconds
+        self.rate_limiter_wait = Histogram(
+            f"{OWN}client_rate_limiter_duration_seconds", "Client side rate limiter latency in seconds: how long "
+            "each API request waited for a token (KUBE_CLIENT_QPS / KUBE_CLIENT_BURST), by verb", ["verb"],
+            registry=r, buckets=RATE_LIMITER_BUCKETS)
         if cache is not None:
             cache.on_throttled = lambda kind: self.api_throttled.labels(kind).inc()
         self.state: ClusterStateMetrics | None = None
@@ -350,8 +359,17 @@ class Metrics:
 
     def instrument(self, api: client.ApiClient) -> None:
         """Count and time every request ``api`` makes (``client_go_request_*``), by wrapping its ``call_api``
-        once: every generated API method (and the watch cache's lists and watches) sends through it."""
+        once: every generated API method (and the watch cache's lists and watches) sends through it. A client with
+        a ``controller.throttle`` is observed through its hooks instead, as client-go observes: each attempt (a
+        429 retry too) counted and timed without its wait for a token, the wait in its own histogram."""
         if getattr(api, "_nodeplan_instrumented", False):
+            return
+        limit = throttle.installed(api)
+        if limit is not None:
+            limit.on_wait = lambda verb, seconds: self.rate_limiter_wait.labels(verb).observe(seconds)
+            limit.on_throttled = lambda verb, kind: self.api_throttled.labels(kind).inc()
+            limit.on_attempt = self._attempted
+            api._nodeplan_instrumented = True  # type: ignore[attr-defined]
             return
         inner = api.call_api
 
@@ -371,6 +389,10 @@ class Metrics:
 
         api.call_api = call_api  # type: ignore[method-assign]
         api._nodeplan_instrumented = True  # type: ignore[attr-defined]
+
+    def _attempted(self, method: str, url: str, code: str, seconds: float) -> None:
+        self.client_requests.labels(code, method.upper()).inc()
+        self.client_latency.labels(**_request_labels(method, url)).observe(seconds)
 
     # -- hooks where things happen ------------------------------------------------------------------------
     def reconciled(self, controller: str, seconds: float, *, error: bool = False, depth: int | None = None) -> None:

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from kubernetes import client, config
 
-from controller import leader
+from controller import leader, throttle
 from controller.batch import BatchWindow
 from controller.cache import ClusterCache, FilteredCache, resources
 from controller.disruption import DisruptionOptions, for_controller, snapshot_source
@@ -89,8 +89,11 @@ class ControllerOptions:
     nodepool_selector: LabelSelector | None = None
 
 
-def api_client(kubeconfig: str | None = None) -> client.ApiClient:
-    """A client from ``kubeconfig``, else the in-cluster service account, else the default kubeconfig."""
+def api_client(kubeconfig: str | None = None, *, qps: float = throttle.DEFAULT_QPS,
+               burst: int = throttle.DEFAULT_BURST) -> client.ApiClient:
+    """A client from ``kubeconfig``, else the in-cluster service account, else the default kubeconfig; every
+    request it sends waits for a token of a ``qps`` / ``burst`` bucket, and a throttled one (429) is repeated
+    after its Retry-After (``controller.throttle``, as client-go's QPS, Burst and retries)."""
     configuration = client.Configuration()
     if kubeconfig:
         config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]
@@ -104,6 +107,7 @@ def api_client(kubeconfig: str | None = None) -> client.ApiClient:
     # the API server names the field manager of every write after the user agent: ``nodeplan``, so the writes
     # of this controller are told apart in managedFields (and shadow mode's none can be checked)
     api.user_agent = FIELD_MANAGER
+    throttle.install(api, qps, burst)
     return api
 
 
@@ -223,6 +227,7 @@ class Controller:
         self.synced = threading.Event()
         self.metrics = Metrics(self.cache, self.synced.is_set)
         self.metrics.instrument(api)
+        self._throttle = throttle.installed(api)
         self.events = EventRecorder(api, instance=self.identity, dedup_window=self.options.event_dedup_window)
         self.events.on_record = lambda kind, reason: self.metrics.events.labels(kind, reason).inc()
         self.unavailable = UnavailableOfferings()
@@ -346,6 +351,8 @@ class Controller:
                 stop.wait(0.1)
         finally:
             self._halt.set()
+            if self._throttle is not None:  # a worker waiting out a Retry-After is not held up: it stops now
+                self._throttle.close()
             for worker in workers:
                 worker.join(30.0)
             self.metrics.leader.set(0)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import functools
+import operator
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from model.affinity import HostPort, PodAffinityTerm, TopologySpreadConstraint, parse_host_ports
 from model.errors import InputError
@@ -192,17 +193,20 @@ class PreferredTerm(BaseModel):
     requirements: Requirements
 
 
-class Pod(BaseModel):
-    """A pod as far as placement is concerned. ``requests`` already includes the ``pods`` slot."""
+#: what tells one replica from another: a ``Pod`` holds these itself and everything else in its ``PodShape``
+IDENTITY_FIELDS = frozenset({"name", "uid", "node_name", "created", "started"})
+
+
+class PodShape(BaseModel):
+    """Everything about a pod but its identity: what the replicas of one workload have in common. Immutable,
+    so one instance is shared by every pod of that shape (``controller.decode.PodParser``); ``Pod`` reads it
+    through. Field meanings are ``Pod``'s."""
 
     model_config = ConfigDict(frozen=True)
 
     namespace: str
-    name: str
-    uid: str = ""
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
-    node_name: str = ""
     phase: str = "Pending"
     requests: Resources = Resources()
     node_selector: dict[str, str] = {}
@@ -239,10 +243,136 @@ class Pod(BaseModel):
     rule_reasons: tuple[str, ...] = ()
     #: set by the solver: why a pod-to-pod rule leaves the pod no node at all
     rule_problem: str = ""
-    #: consolidation reads these: metadata.creationTimestamp, status.startTime, status.nominatedNodeName
+    #: consolidation reads it: status.nominatedNodeName
+    nominated_node: str = ""
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> PodShape:
+        """As ``BaseModel.model_copy``, without what was worked out from the fields (a copy with other pins or
+        rule terms has other node requirements)."""
+        copied = super().model_copy(update=update, deep=deep)
+        copied.__dict__.pop("node_requirements", None)
+        return copied
+
+    @functools.cached_property
+    def node_requirements(self) -> tuple[Requirements, ...]:
+        """Alternatives the node's labels must satisfy: nodeSelector AND (term1 OR term2 OR ...), AND each
+        volume's topology (its own ORed terms). Worked out once per shape (it is immutable), not per call:
+        the solver asks it of every pod against every node kind."""
+        if self.volume_problem or self.rule_problem:
+            return (Requirements.never(),)
+        selector = Requirements.from_labels(self.node_selector)
+        if self.zone_pin:
+            selector = selector & Requirements.from_labels({"topology.kubernetes.io/zone": self.zone_pin})
+        alternatives = [selector & term for term in self.required_terms] or [selector]
+        for group in self.volume_terms + self.rule_terms:
+            alternatives = [alt & term for alt in alternatives for term in group]
+        return tuple(alternatives)
+
+
+class Pod(BaseModel):
+    """A pod as far as placement is concerned. ``requests`` already includes the ``pods`` slot.
+
+    Built and read flat (``Pod(namespace=..., name=..., requests=...)``, ``pod.requests``,
+    ``pod.model_copy(update={"zone_pin": ...})``) but stored as its identity plus a ``PodShape`` shared with its
+    replicas: a controller watching 50,000 bound pods keeps one small object per pod, not 36 fields each."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    uid: str = ""
+    node_name: str = ""
+    #: consolidation reads these: metadata.creationTimestamp, status.startTime
     created: str = ""
     started: str = ""
-    nominated_node: str = ""
+    shape: PodShape
+
+    def __init__(self, **data: Any) -> None:
+        """The identity fields and every ``PodShape`` field by name (or ``shape=`` itself)."""
+        super().__init__(**data)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_shape(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "shape" not in data:
+            own = {k: v for k, v in data.items() if k in IDENTITY_FIELDS}
+            own["shape"] = {k: v for k, v in data.items() if k not in IDENTITY_FIELDS}
+            return own
+        return data
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Pod:
+        """As ``BaseModel.model_copy``, with each updated ``PodShape`` field set on a copy of the shape (the
+        shared one is never changed)."""
+        if not update:
+            return super().model_copy(deep=deep)
+        own = {k: v for k, v in update.items() if k in IDENTITY_FIELDS or k == "shape"}
+        shaped = {k: v for k, v in update.items() if k not in own}
+        if shaped:
+            own["shape"] = own.get("shape", self.shape).model_copy(update=shaped)
+        return super().model_copy(update=own, deep=deep)
+
+    if TYPE_CHECKING:  # read through to ``shape`` (the properties are made below the class)
+        @property
+        def namespace(self) -> str: ...
+        @property
+        def labels(self) -> dict[str, str]: ...
+        @property
+        def annotations(self) -> dict[str, str]: ...
+        @property
+        def phase(self) -> str: ...
+        @property
+        def requests(self) -> Resources: ...
+        @property
+        def node_selector(self) -> dict[str, str]: ...
+        @property
+        def required_terms(self) -> tuple[Requirements, ...]: ...
+        @property
+        def preferred_terms(self) -> tuple[PreferredTerm, ...]: ...
+        @property
+        def tolerations(self) -> tuple[Toleration, ...]: ...
+        @property
+        def owner_kind(self) -> str: ...
+        @property
+        def owner_name(self) -> str: ...
+        @property
+        def priority(self) -> int: ...
+        @property
+        def scheduling_gated(self) -> bool: ...
+        @property
+        def deleting(self) -> bool: ...
+        @property
+        def pod_affinity(self) -> tuple[PodAffinityTerm, ...]: ...
+        @property
+        def pod_anti_affinity(self) -> tuple[PodAffinityTerm, ...]: ...
+        @property
+        def preferred_pod_affinity(self) -> tuple[PodAffinityTerm, ...]: ...
+        @property
+        def preferred_pod_anti_affinity(self) -> tuple[PodAffinityTerm, ...]: ...
+        @property
+        def topology_spread(self) -> tuple[TopologySpreadConstraint, ...]: ...
+        @property
+        def host_ports(self) -> tuple[HostPort, ...]: ...
+        @property
+        def volume_claims(self) -> tuple[str, ...]: ...
+        @property
+        def resource_claims(self) -> tuple[PodClaimRef, ...]: ...
+        @property
+        def claim_statuses(self) -> tuple[tuple[str, str], ...]: ...
+        @property
+        def container_claims(self) -> tuple[ContainerClaim, ...]: ...
+        @property
+        def volume_terms(self) -> tuple[tuple[Requirements, ...], ...]: ...
+        @property
+        def volume_problem(self) -> str: ...
+        @property
+        def zone_pin(self) -> str: ...
+        @property
+        def rule_terms(self) -> tuple[tuple[Requirements, ...], ...]: ...
+        @property
+        def rule_reasons(self) -> tuple[str, ...]: ...
+        @property
+        def rule_problem(self) -> str: ...
+        @property
+        def nominated_node(self) -> str: ...
 
     @property
     def key(self) -> str:
@@ -262,17 +392,8 @@ class Pod(BaseModel):
         return self.owner_kind in ("DaemonSet", "Node")
 
     def node_requirements(self) -> tuple[Requirements, ...]:
-        """Alternatives the node's labels must satisfy: nodeSelector AND (term1 OR term2 OR ...), AND each
-        volume's topology (its own ORed terms)."""
-        if self.volume_problem or self.rule_problem:
-            return (Requirements.never(),)
-        selector = Requirements.from_labels(self.node_selector)
-        if self.zone_pin:
-            selector = selector & Requirements.from_labels({"topology.kubernetes.io/zone": self.zone_pin})
-        alternatives = [selector & term for term in self.required_terms] or [selector]
-        for group in self.volume_terms + self.rule_terms:
-            alternatives = [alt & term for alt in alternatives for term in group]
-        return tuple(alternatives)
+        """Alternatives the node's labels must satisfy (``PodShape.node_requirements``)."""
+        return self.shape.node_requirements
 
     def accepts_labels(self, labels: Mapping[str, str]) -> bool:
         return any(reqs.matches(labels) for reqs in self.node_requirements())
@@ -340,3 +461,8 @@ class Pod(BaseModel):
                                  for c in obj.obj("status").items("resourceClaimStatuses")),
             **cls.parse_spec(spec),
         )
+
+
+for _field in PodShape.model_fields:
+    setattr(Pod, _field, property(operator.attrgetter(f"shape.{_field}"), doc=f"``shape.{_field}``"))
+del _field

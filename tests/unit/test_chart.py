@@ -168,9 +168,10 @@ def test_image_values(helm: str) -> None:
 
 
 # -- settings: rendered environment → what nodeplan run starts the controller with ---------------------------------
-def start_with(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> tuple[Any, list[ControllerOptions]]:
+def start_with(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], clients: list[dict[str, Any]] | None = None
+               ) -> tuple[Any, list[ControllerOptions]]:
     """``nodeplan run`` with exactly ``env`` (from the chart) on top of a clean environment, the controller replaced
-    by a recorder of its options."""
+    by a recorder of its options (and the API client by one of its rate limit, into ``clients``)."""
     for name in list(os.environ):
         if (name.startswith("NODEPLAN_") and name not in TOOLING) or name in KARPENTER_NAMES.values():
             monkeypatch.delenv(name)
@@ -185,7 +186,8 @@ def start_with(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> tuple[An
         def run(self, stop: Any) -> None:
             return None
 
-    monkeypatch.setattr(cli.run, "api_client", lambda kubeconfig=None: object())
+    made = clients if clients is not None else []
+    monkeypatch.setattr(cli.run, "api_client", lambda kubeconfig=None, **limit: made.append(limit) or object())
     monkeypatch.setattr(cli.run, "preflight", lambda api, namespace, elect, **mode: None)
     monkeypatch.setattr(cli.run, "configure_logging", lambda level, **_: None)
     monkeypatch.setattr(cli.run, "Controller", Recorder)
@@ -230,6 +232,26 @@ def test_settings_values_reach_the_controller(helm: str, monkeypatch: pytest.Mon
     d = o.disruption
     assert (d.enabled, d.interval, d.time_limit, d.validation_wait, d.spot_to_spot, d.workers) == (
         False, 60.0, 30.0, 5.0, True, 4)
+
+
+def test_kube_client_settings_reach_the_api_client(helm: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """settings.kubeClientQPS / kubeClientBurst are Karpenter's KUBE_CLIENT_QPS / KUBE_CLIENT_BURST, 200 / 300 by
+    default, and become the API client's token bucket."""
+    env = env_of(one(render(helm), "Deployment"))
+    assert (env["KUBE_CLIENT_QPS"], env["KUBE_CLIENT_BURST"]) == ("200", "300")
+    clients: list[dict[str, Any]] = []
+    result, _ = start_with(monkeypatch, env, clients)
+    assert result.exit_code == 0, result.output
+    assert clients == [{"qps": 200.0, "burst": 300}]
+    env = env_of(one(render(helm, "settings.kubeClientQPS=12.5", "settings.kubeClientBurst=1000000"), "Deployment"))
+    clients.clear()
+    result, _ = start_with(monkeypatch, env, clients)
+    assert result.exit_code == 0, result.output
+    assert clients == [{"qps": 12.5, "burst": 1000000}]
+    bad = env_of(one(render(helm, "settings.kubeClientQPS=0"), "Deployment"))
+    result, seen = start_with(monkeypatch, bad)
+    assert result.exit_code == 2 and not seen
+    assert result.stderr.strip() == "error: KUBE_CLIENT_QPS='0': '0' must be a number above 0"
 
 
 def test_controller_env_values_come_last_and_win(helm: str, monkeypatch: pytest.MonkeyPatch) -> None:

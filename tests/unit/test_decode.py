@@ -12,7 +12,7 @@ import pytest
 
 from bench.controller_scale import api_node, api_pod
 from controller.batch import is_bound, is_daemon_or_static, is_provisionable, is_terminal
-from controller.decode import LAST_APPLIED, DecodeError, Decoder, PodParser
+from controller.decode import LAST_APPLIED, DecodeError, Decoder, NodeParser, PodParser
 from controller.drain import is_critical, is_drainable
 from model.node import Node
 from model.pod import Pod
@@ -166,3 +166,33 @@ def test_pod_parser_gives_pod_parse_s_model_for_each_replica() -> None:
     assert models[2].pending and not models[2].node_name
     assert models[0].requests is models[1].requests  # shared, not copied
     assert models[3].requests != models[0].requests
+
+
+def test_node_parser_gives_node_parse_s_model_for_each_node() -> None:
+    """Nodes of one type share their model's taints, annotations and resources; whatever differs in a field
+    ``Node.parse`` reads (taints, allocatable, Ready, cordon, deletion) gives that node its own model."""
+    parse = NodeParser()
+    nodes = [slim(api_node(f"n{i}", zone=f"test-zone-{'ab'[i % 2]}", rv=i)) for i in range(4)]
+    nodes[2]["spec"] = {**nodes[2]["spec"], "taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]}
+    nodes[3]["spec"] = {**nodes[3]["spec"], "unschedulable": True}
+    bigger = slim(api_node("n4", cpu="8", memory="32Gi"))
+    not_ready = slim(api_node("n5"))
+    not_ready["status"]["conditions"] = [{**c, "status": "False"} if c["type"] == "Ready" else c
+                                         for c in not_ready["status"]["conditions"]]
+    deleting = slim(api_node("n6"))
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-01T11:00:00Z"
+    raws = [*nodes, bigger, not_ready, deleting]
+    models = [parse(n) for n in raws]
+    assert models == [Node.parse(n) for n in raws]
+    assert models[0].name == "n0" and models[1].labels["kubernetes.io/hostname"] == "n1"
+    assert models[1].labels["topology.kubernetes.io/zone"] == "test-zone-b" and models[1].provider_id == "kwok://n1"
+    assert models[0].allocatable is models[1].allocatable  # shared, not copied
+    assert models[2].taints and not models[0].taints and models[3].unschedulable
+    assert models[4].allocatable != models[0].allocatable and not models[5].ready and models[6].deleting
+
+
+def test_node_parser_leaves_a_bad_field_to_node_parse() -> None:
+    raw = slim(api_node("n1"))
+    raw["metadata"]["labels"] = {**raw["metadata"]["labels"], "bad": 3}
+    with pytest.raises(Exception, match=r"metadata.labels.bad: expected a string"):
+        NodeParser()(raw)

@@ -34,6 +34,8 @@ ROOT = Path(__file__).resolve().parents[2]
 class Started:
     options: list[ControllerOptions] = field(default_factory=list)
     log_levels: list[str] = field(default_factory=list)
+    #: the keyword arguments of each API client made (its rate limit)
+    clients: list[dict[str, Any]] = field(default_factory=list)
 
 
 @pytest.fixture
@@ -54,7 +56,7 @@ def started(monkeypatch: pytest.MonkeyPatch) -> Started:
         def run(self, stop: Any) -> None:
             return None
 
-    monkeypatch.setattr(cli.run, "api_client", lambda kubeconfig=None: object())
+    monkeypatch.setattr(cli.run, "api_client", lambda kubeconfig=None, **kw: record.clients.append(kw) or object())
     monkeypatch.setattr(cli.run, "preflight", lambda api, namespace, elect: None)
     monkeypatch.setattr(cli.run, "configure_logging", lambda level, **_: record.log_levels.append(level))
     monkeypatch.setattr(cli.run, "Controller", Recorder)
@@ -197,6 +199,37 @@ def test_bad_setting_names_the_variable(started: Started, env: dict[str, str], n
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], result.stderr
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(("env", "args", "limit"), [
+    ({}, (), {"qps": 200.0, "burst": 300}),  # Karpenter's defaults
+    ({"KUBE_CLIENT_QPS": "50", "KUBE_CLIENT_BURST": "100"}, (), {"qps": 50.0, "burst": 100}),
+    ({"NODEPLAN_KUBE_CLIENT_QPS": "12.5", "KUBE_CLIENT_QPS": "50"}, (), {"qps": 12.5, "burst": 300}),
+    ({"KUBE_CLIENT_BURST": "1e+06"}, (), {"qps": 200.0, "burst": 1000000}),  # how Helm renders a large whole value
+    ({"NODEPLAN_KUBE_CLIENT_BURST": "10"}, ("--kube-client-qps", "5", "--kube-client-burst", "20"),
+     {"qps": 5.0, "burst": 20}),
+])
+def test_kube_client_qps_and_burst_reach_the_api_client(started: Started, env: dict[str, str],
+                                                        args: tuple[str, ...], limit: dict[str, Any]) -> None:
+    options(started, env, *args)
+    assert started.clients == [limit]
+
+
+@pytest.mark.parametrize(("env", "args", "expected"), [
+    ({"KUBE_CLIENT_QPS": "0"}, (), "error: KUBE_CLIENT_QPS='0': '0' must be a number above 0"),
+    ({"KUBE_CLIENT_QPS": "-5"}, (), "error: KUBE_CLIENT_QPS='-5': '-5' must be a number above 0"),
+    ({"NODEPLAN_KUBE_CLIENT_QPS": "fast"}, (), "error: NODEPLAN_KUBE_CLIENT_QPS='fast': 'fast' is not a number"),
+    ({"KUBE_CLIENT_QPS": "nan"}, (), "error: KUBE_CLIENT_QPS='nan': 'nan' must be a number above 0"),
+    ({"KUBE_CLIENT_BURST": "0"}, (), "error: KUBE_CLIENT_BURST='0': '0' must be a number above 0"),
+    ({"KUBE_CLIENT_BURST": "12.5"}, (), "error: KUBE_CLIENT_BURST='12.5': '12.5' is not a whole number"),
+    ({}, ("--kube-client-burst", "lots"), "error: --kube-client-burst: 'lots' is not a number"),
+])
+def test_bad_kube_client_limit_is_one_line_and_exit_2(started: Started, env: dict[str, str], args: tuple[str, ...],
+                                                      expected: str) -> None:
+    result = run(env, *args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == expected
+    assert not started.options and not started.clients
 
 
 def test_tooling_variables_are_not_settings(started: Started) -> None:
