@@ -56,7 +56,8 @@ def started(monkeypatch: pytest.MonkeyPatch) -> list[Recorder]:
         if (name.startswith("NODEPLAN_") and name not in TOOLING) or name in KARPENTER_NAMES.values():
             monkeypatch.delenv(name)
     Recorder.started = []
-    monkeypatch.setattr(cli.run, "api_client", lambda kubeconfig=None, **limit: type("Api", (), {"configuration": None})())
+    monkeypatch.setattr(cli.run, "api_client",
+                        lambda kubeconfig=None, **limit: type("Api", (), {"configuration": None})())
     monkeypatch.setattr(cli.run, "preflight", lambda *a, **kw: None)
     monkeypatch.setattr(cli.run, "configure_logging", lambda *a, **kw: None)
     monkeypatch.setattr(cli.run, "Controller", Recorder)
