@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host-affinity-sizes", default="1000,5000",
                         help="sizes of the hostname self-affinity mix, on the --diverse-catalogs ('' to skip)")
     parser.add_argument("--small-seeds", type=int, default=5)
-    parser.add_argument("--consolidation-sizes", default="100,1000,5000",
+    parser.add_argument("--consolidation-sizes", default="100,1000,5000,10000",
                         help="fragmented-cluster sizes in nodes for the consolidation table ('' to skip)")
     parser.add_argument("--consolidation-budget", default="10%")
     parser.add_argument("--consolidation-time-limit", type=float, default=10.0)

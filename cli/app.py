@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -201,7 +200,7 @@ def consolidate_cmd(
 
     Example: nodeplan consolidate cluster.yaml --now 2026-11-29T09:00:00Z --output-file disruption.json
     """
-    started = time.monotonic()
+    started = command_started()  # the process start: imports and loading count against --time-limit
     try:
         check_writable(output_file, "--output-file")
         snap = _load(snapshot, catalog, quiet=quiet)

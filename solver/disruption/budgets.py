@@ -11,12 +11,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
+import numpy as np
 from croniter import croniter
 
 from model.durations import parse_duration
 from model.errors import InputError
 from model.nodepool import NodePool
+
+if TYPE_CHECKING:  # candidates.py builds its budgets with this module
+    from solver.disruption.candidates import ClusterState, NodeState
 
 BUDGET_REASONS = frozenset({"Empty", "Underutilized", "Drifted"})
 
@@ -71,3 +76,29 @@ def budget_limits(pool: NodePool, nodes: int, disrupting: int, now: datetime) ->
 def frozen(pool: str) -> BudgetLimit:
     """Fail closed: no disruption of any reason for ``pool``."""
     return BudgetLimit(pool=pool, reasons=BUDGET_REASONS, allowed=0, window="invalid budget")
+
+
+class Allowances:
+    """Budgets and PDB allowances as counters for a growing removal set: each node's use of every limit is
+    fixed (one per covering budget, its selected pods per PDB, Expired nodes outside PDBs), so adding a node
+    is checked in O(limits) instead of recounting the set. The same rule as ``ClusterState.excesses``."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.budgets = [(pool, limit) for pool, limits in state.budgets.items() for limit in limits]
+        self.pdbs = list(state.pdbs)
+        self.left = np.array([limit.allowed for _, limit in self.budgets] + [a for _, a in self.pdbs], dtype=np.int64)
+        self._use: dict[str, np.ndarray] = {}
+
+    def use(self, s: NodeState) -> np.ndarray:
+        if s.name not in self._use:
+            row = [int(s.pool is not None and s.pool.name == pool and s.reason is not None and limit.covers(s.reason))
+                   for pool, limit in self.budgets]
+            row += [0 if s.reason == "Expired" else sum(1 for p in s.pods if pdb.selects(p)) for pdb, _ in self.pdbs]
+            self._use[s.name] = np.array(row, dtype=np.int64)
+        return self._use[s.name]
+
+    def allows(self, s: NodeState) -> bool:
+        return bool(np.all(self.use(s) <= self.left))
+
+    def take(self, s: NodeState) -> None:
+        self.left = self.left - self.use(s)

@@ -11,6 +11,7 @@ are candidates whatever their pods (expiration is forceful and outside budgets, 
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -94,13 +95,20 @@ class ClusterState:
     warnings: list[str] = field(default_factory=list)
     #: unreadable budgets: their pools are frozen (fail closed); the CLI reports them as bad input
     errors: list[InputError] = field(default_factory=list)
+    _by_name: dict[str, NodeState] = field(default_factory=dict, repr=False, compare=False)
+    _indexed: int = field(default=-1, repr=False, compare=False)
 
     @property
     def candidates(self) -> list[NodeState]:
         return [n for n in self.nodes if n.candidate]
 
     def state(self, name: str) -> NodeState | None:
-        return next((n for n in self.nodes if n.name == name), None)
+        if self._indexed != len(self.nodes):  # built on first use (the verifier asks once per removal)
+            self._by_name = {}
+            for n in self.nodes:
+                self._by_name.setdefault(n.name, n)
+            self._indexed = len(self.nodes)
+        return self._by_name.get(name)
 
     def excesses(self, removed: list[NodeState]) -> list[Excess]:
         """Every active budget and PDB allowance ``removed`` would exceed, together. One rule for the model's
@@ -160,8 +168,12 @@ def _drift(node: Node, pool: NodePool, catalog: dict[str, InstanceType]) -> str:
     return ""
 
 
+#: pods of one rollout share their timestamps: each distinct one is parsed once per process
+_time = functools.lru_cache(maxsize=65536)(parse_time)
+
+
 def _last_pod_event(node: Node, pods: list[Pod]) -> datetime | None:
-    times = [parse_time(node.created)] + [parse_time(p.started) or parse_time(p.created) for p in pods]
+    times = [_time(node.created)] + [_time(p.started) or _time(p.created) for p in pods]
     known = [t for t in times if t is not None]
     return max(known) if known else None
 
@@ -192,8 +204,8 @@ def _classify(state: NodeState, pool: NodePool, catalog: dict[str, InstanceType]
         state.blocked = f"node has {wk.DO_NOT_DISRUPT}"
         return
     for pod in state.pods:
-        if _protected(pod.annotations.get(wk.DO_NOT_DISRUPT), parse_time(pod.started) or parse_time(pod.created),
-                      now):
+        marked = pod.annotations.get(wk.DO_NOT_DISRUPT)
+        if marked is not None and _protected(marked, _time(pod.started) or _time(pod.created), now):
             state.blocked = f"pod {pod.key} has {wk.DO_NOT_DISRUPT}"
             return
         if any(term.topology_key == wk.HOSTNAME for term in pod.pod_affinity):

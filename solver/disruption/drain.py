@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from solver.disruption.budgets import Allowances
 from solver.disruption.candidates import ClusterState, NodeState
-from solver.disruption.yardstick import balanced_allows, within_limits
+from solver.disruption.yardstick import balanced_allows
 from solver.problem import Problem
 
 
@@ -19,43 +20,50 @@ def drain_first(problem: Problem, state: ClusterState, candidates: list[NodeStat
                 class_of: dict[str, int]) -> tuple[list[int], dict[tuple[int, int], int]]:
     """Removed candidate indices and pods per (existing node, class) that receive them."""
     index = {cap.name: e for e, cap in enumerate(problem.existing)}
-    free = problem.existing_free.astype(np.int64).copy()
-    alive = np.all(free >= 0, axis=1)
+    # resources × nodes, so each axis test runs over one contiguous row (5,000 nodes: ~5 µs a pod and axis)
+    free = np.ascontiguousarray(problem.existing_free.astype(np.int64).T)
+    usable = np.all(free >= 0, axis=0)
     receiving = np.zeros(len(problem.existing), dtype=bool)
+    allowances = Allowances(state)
     removed: list[int] = []
     onto: dict[tuple[int, int], int] = {}
     order = sorted(range(len(candidates)), key=lambda k: (-candidates[k].price, len(candidates[k].pods),
                                                           candidates[k].name))
     chosen: list[NodeState] = []
+    balanced = any(s.pool is not None and s.pool.spec.disruption.consolidation_policy == "Balanced"
+                   for s in candidates)  # else the policy check is a no-op, and O(removed) per candidate
+    widest = np.iinfo(np.int64).max
     for k in order:
         s = candidates[k]
-        if (s.reason == "Drifted" or not within_limits(state, [*chosen, s])
-                or not balanced_allows(state, [*chosen, s])):
+        if s.reason == "Drifted" or not allowances.allows(s) or (balanced and not balanced_allows(state, [*chosen, s])):
             continue
         own = index.get(s.name)
         if own is not None and receiving[own]:
             continue
         trial = free.copy()
-        usable = alive.copy()
+        open_ = usable.copy()
         if own is not None:
-            usable[own] = False
-        for e in (index[c.name] for c in chosen if c.name in index):
-            usable[e] = False
+            open_[own] = False
         placed: list[tuple[int, int]] = []
         for pod in sorted(s.pods, key=lambda p: -int(problem.sizes[class_of[p.key], 0])):
             c = class_of[pod.key]
             size = problem.sizes[c]
-            fits = usable & problem.existing_ok[c] & np.all(trial >= size, axis=1)
+            fits = open_ & problem.existing_ok[c]
+            for r, need in enumerate(size):
+                if need:
+                    fits &= trial[r] >= need
             if not fits.any():
                 break
-            slack = np.where(fits, (trial - size)[:, 0], np.iinfo(np.int64).max)
-            e = int(np.argmin(slack))
-            trial[e] -= size
+            e = int(np.argmin(np.where(fits, trial[0] - size[0], widest)))  # best fit on cpu
+            trial[:, e] -= size
             placed.append((e, c))
         else:
             free = trial
             removed.append(k)
             chosen.append(s)
+            allowances.take(s)
+            if own is not None:
+                usable[own] = False  # removed: receives nothing
             for e, c in placed:
                 receiving[e] = True
                 onto[(e, c)] = onto.get((e, c), 0) + 1

@@ -116,8 +116,11 @@ def _cost(plan: DisruptionPlan, nodes: list, removed: list) -> list[str]:  # typ
         out.append(f"cost.savings {cost.savings} is not before − after")
     if cost.lower_bound is not None and cost.lower_bound > cost.after + TOLERANCE:
         out.append(f"cost.lowerBound {cost.lower_bound} is above cost.after {cost.after}")
+    prices: dict[str, float] = {}
+    for s in removed:
+        prices.setdefault(s.name, s.price)
     for r in plan.remove:
-        price = next((s.price for s in removed if s.name == r.node), None)
+        price = prices.get(r.node)
         if price is not None and abs(price - r.price) > TOLERANCE:
             out.append(f"remove {r.node}: price {r.price}, the offering's is {price}")
     return out
