@@ -66,6 +66,8 @@ FINISH_SHARE = 0.25
 MASTER_MAX_TERMS = 1_000_000
 #: share of the time left after greedy the pattern construction (the first improvement) may use
 CONSTRUCT_SHARE = 0.5
+#: greedy's time for the whole batch, times this, is kept back for placing what a cut-short construction left
+FINISH_MARGIN = 1.5
 #: share of the time limit the construction may use even when loading, compiling and greedy used it all
 CONSTRUCT_FLOOR = 0.03
 #: column generation is not started with less than this many seconds left (LNS uses them instead)
@@ -340,15 +342,19 @@ class _Run:
         of the time, before column generation; what it has not placed when its share ends, greedy places."""
         with self.stats.stage("construct"):
             now = time.monotonic()
-            # even with the time spent, a short floor: the construction is what beats Karpenter's answer
-            budget = max(max(self.deadline - now, 0.0) * CONSTRUCT_SHARE, CONSTRUCT_FLOOR * self.options.time_limit)
+            seconds = max(self.deadline - now, 0.0)
+            # its share, but never the time greedy needs to place what it leaves (a plan cut short and thrown
+            # away is Karpenter's answer again); even with the time spent, a short floor: the construction is
+            # what beats Karpenter's answer
+            budget = max(min(seconds * CONSTRUCT_SHARE, seconds - FINISH_MARGIN * self.stats.greedy_seconds),
+                         CONSTRUCT_FLOOR * self.options.time_limit)
             chosen = construct(self.bins, self.problem.sizes, self.demand, self.limits, now + budget)
             placement = decode(self.problem, self.bins, chosen)
             left = len(placement.unschedulable) - _unplaceable_pods(self.problem, self.demand)
             if left > 0:
                 # greedy places the rest only when there is time for it (its cost scales with the pods)
                 share = left / max(sum(len(c.pods) for c in self.problem.classes), 1)
-                if self.time_left() < 1.5 * share * self.stats.greedy_seconds:
+                if self.time_left() < FINISH_MARGIN * share * self.stats.greedy_seconds:
                     self.stats.notes.append("pattern construction: cut short, no time to finish it")
                     return
                 placement = shrink(self.problem, finish_greedily(self.problem, placement))
