@@ -453,6 +453,21 @@ def _propagate(pending: Sequence[Pod], plan: CrossPlan, batch: BatchContext) -> 
         plan.copies[pod.key] = current[pod.key] = current[pod.key].model_copy(update={"rule_problem": reason})
         refused.add(pod.key)
 
+    # what an owner's term selects never changes here (leaving changes a pod's problem, not its labels): worked
+    # out once per term and namespace, over the pods grouped by their label set (replicas share one)
+    by_labels: dict[tuple[str, frozenset[tuple[str, str]]], tuple[str, Mapping[str, str], list[str]]] = {}
+    for p in current.values():
+        by_labels.setdefault((p.namespace, frozenset(p.labels.items())), (p.namespace, p.labels, []))[2].append(p.key)
+    selections: dict[tuple[int, str, int], list[str]] = {}
+
+    def selected_by(owner: Pod, term: PodAffinityTerm) -> list[Pod]:
+        memo = (id(term), owner.namespace, id(owner.labels))
+        if memo not in selections:
+            selections[memo] = [k for namespace, labels, keys in by_labels.values()
+                                if term.selects(owner.namespace, owner.labels, namespace, labels,
+                                                namespaces.get(namespace)) for k in keys]
+        return [current[k] for k in selections[memo] if k != owner.key]
+
     changed = True
     while changed:
         changed = False
@@ -489,8 +504,7 @@ def _propagate(pending: Sequence[Pod], plan: CrossPlan, batch: BatchContext) -> 
                 domain = _pinned_domain(owner, term.topology_key)
                 if term.topology_key == HOSTNAME or domain is None or selects_own(owner, term):
                     continue
-                selected = [p for p in current.values() if p.key != owner.key and term.selects(
-                    owner.namespace, owner.labels, p.namespace, p.labels, namespaces.get(p.namespace))]
+                selected = selected_by(owner, term)
                 if not any(p.key in refused for p in selected) or any(
                         p.key not in refused and not _blocked(p) and _pinned_domain(p, term.topology_key) == domain
                         for p in selected):
