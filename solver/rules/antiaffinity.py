@@ -298,6 +298,7 @@ def cross_host_plan(pending: Sequence[Pod], batch: BatchContext) -> CrossPlan:
     namespaces = batch.namespaces
     rooms = _Rooms(batch)
     plan = CrossPlan()
+    keyed = [(p.key, p) for p in pending]  # a pod's key is built on each read: once here, not per bundle
     plan.bundles.update(host_affinity_bundles(pending, batch.running, namespaces, batch, rooms))
     _unify(pending, plan)
     sizes: dict[Hashable, int] = {}
@@ -361,7 +362,7 @@ def cross_host_plan(pending: Sequence[Pod], batch: BatchContext) -> CrossPlan:
         for bundle in joinable:
             if not left:
                 break
-            members = [p for p in pending if plan.bundles.get(p.key) == bundle]
+            members = [p for key, p in keyed if plan.bundles.get(key) == bundle]
             members = [plan.copies.get(p.key, p) for p in members]
             if len({(m.node_requirements(), frozenset(m.tolerations)) for m in members}) > 1:
                 continue  # not one bundle after all (its pods may run on different nodes): nothing to join
