@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import logging
 import os
 import resource
 import subprocess
@@ -451,17 +452,72 @@ def _timed_solves(record: list[tuple[float, float]]) -> Iterator[None]:
         setattr(provisioner, "solve", inner)  # noqa: B010
 
 
+def _rate_limiter(registry: Any) -> tuple[int, int, float, float]:
+    """From the controller's ``nodeplan_client_rate_limiter_duration_seconds``: requests, requests that waited
+    longer than the first bucket (5 ms) for a token, seconds waited in all, and the bucket bound the longest
+    wait stayed under."""
+    count = slow = 0
+    total = longest = 0.0
+    for family in registry.collect():
+        if family.name != "nodeplan_client_rate_limiter_duration_seconds":
+            continue
+        by_verb: dict[str, list[tuple[float, float]]] = {}
+        for sample in family.samples:
+            if sample.name.endswith("_sum"):
+                total += sample.value
+            elif sample.name.endswith("_bucket"):
+                by_verb.setdefault(sample.labels["verb"], []).append((float(sample.labels["le"]), sample.value))
+        for buckets in by_verb.values():
+            buckets.sort()
+            requests = int(buckets[-1][1])  # the +Inf bucket
+            count += requests
+            slow += requests - int(buckets[0][1])
+            longest = max(longest, min(le for le, n in buckets if n >= requests))
+    return count, slow, total, longest
+
+
+class _LoadSampler(threading.Thread):
+    """The 1-minute load average every few seconds while the run lasts (2 cores shared: load says how much of
+    a figure is waiting for a core)."""
+
+    def __init__(self, every: float = 5.0) -> None:
+        super().__init__(daemon=True)
+        self.every, self.stop = every, threading.Event()
+        self.samples: list[float] = []
+
+    def run(self) -> None:
+        while not self.stop.wait(self.every):
+            self.samples.append(os.getloadavg()[0])
+
+
+class _WaitLog(logging.Handler):
+    """Counts the throttle's "waited ... for a token" log lines (waits of a second or more)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "for a token" in record.getMessage():
+            self.lines += 1
+
+
 def live(nodes: int, pods: int, replicas: int, timeout: float) -> dict[str, float]:
     from kubernetes import client
 
     from bench.controller_perf import NODECLASS, NODEPOOL, _apply, _fresh_cluster, _install_crds
     from controller.provisioner import BatchRecord, Provisioner
-    from controller.run import Controller, ControllerOptions
+    from controller.run import Controller, ControllerOptions, api_client
 
     build = subprocess.run([str(ROOT / "hack" / "control-plane" / "build.sh")], capture_output=True, text=True,
                            check=True)
     bin_dir = build.stdout.strip().splitlines()[-1]
     out: dict[str, float] = {"nodes": nodes, "pods": pods, "scale-out": replicas}
+    load = _LoadSampler()
+    load.start()
+    waits = _WaitLog()
+    logging.getLogger("controller.throttle").addHandler(waits)
+    logging.getLogger("controller.throttle").setLevel(logging.INFO)
     with tempfile.TemporaryDirectory() as tmp, _fresh_cluster(tmp, bin_dir) as (api, kubeconfig):
         _install_crds(api, sorted((ROOT / "deploy" / "crds").glob("*.yaml")))
         _apply(api, NODECLASS)
@@ -470,7 +526,8 @@ def live(nodes: int, pods: int, replicas: int, timeout: float) -> dict[str, floa
         subprocess.run([sys.executable, "-m", "bench.controller_scale", "--populate", kubeconfig, str(nodes),
                         str(pods)], cwd=ROOT, check=True)
         out["populate s"] = time.monotonic() - made
-        core = client.CoreV1Api(api)
+        # the bench's own polls on a client of their own: the controller's token bucket is the controller's
+        core = client.CoreV1Api(api_client(kubeconfig))
         gc.collect()
         rss_before = _rss_mib()
         solves: list[tuple[float, float]] = []
@@ -506,6 +563,8 @@ def live(nodes: int, pods: int, replicas: int, timeout: float) -> dict[str, floa
                 pages = controller.cache.informers["Pod"].pages
                 out["pod list pages"] = pages
                 started = time.monotonic()
+                out["load at scale-out start"] = os.getloadavg()[0]
+                scale_samples = len(load.samples)
                 _apply(api, scale_out(replicas))
                 while time.monotonic() - started < timeout:
                     listed: Any = core.list_namespaced_pod(NAMESPACE, label_selector="app=scale-out",
@@ -516,6 +575,16 @@ def live(nodes: int, pods: int, replicas: int, timeout: float) -> dict[str, floa
                         out["scale-out to all Running s"] = time.monotonic() - started
                         break
                     time.sleep(2.0)
+                else:
+                    out["scale-out Running at timeout"] = running
+                for scrape in ("first", "second"):  # as Prometheus asks: text format, gzip accepted
+                    began, cpu = time.perf_counter(), time.process_time()
+                    controller.metrics.render(accept_encoding="gzip")
+                    out[f"/metrics {scrape} scrape s"] = time.perf_counter() - began
+                    out[f"/metrics {scrape} scrape cpu s"] = time.process_time() - cpu
+                during = load.samples[scale_samples:] or [os.getloadavg()[0]]
+                out["load during scale-out mean"] = sum(during) / len(during)
+                out["load during scale-out max"] = max(during)
                 gc.collect()
                 out["rss after scale-out MiB"] = _rss_mib() - rss_before
                 out["rss/pod after scale-out KiB"] = out["rss after scale-out MiB"] * 1024 / (pods + replicas)
@@ -533,6 +602,18 @@ def live(nodes: int, pods: int, replicas: int, timeout: float) -> dict[str, floa
             out["solve max s"] = max(end - start for start, end in solves)
         out["peak rss MiB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         out["throttled"] = sum(i.throttled for i in controller.cache.informers.values())
+        requests, slow, waited, longest = _rate_limiter(controller.metrics.registry)
+        out["rate limiter: requests"] = requests
+        out["rate limiter: waited > 5 ms"] = slow
+        out["rate limiter: seconds waited"] = waited
+        out["rate limiter: longest wait <= s"] = longest
+        out["'waited ... for a token' lines"] = waits.lines
+        out["Events sent"], out["Events dropped"] = controller.events.sent, controller.events.dropped
+        out["Events failed"] = controller.events.failed
+        print("per batch (before solve s, after solve s): "
+              + ", ".join(f"({b:.2f}, {a:.2f})" for b, a in batches), file=sys.stderr)
+    load.stop.set()
+    out["load max (whole run)"] = max(load.samples or [os.getloadavg()[0]])
     return out
 
 

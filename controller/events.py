@@ -71,6 +71,8 @@ class EventRecorder:
         self._seen: OrderedDict[tuple[str, ...], _Entry] = OrderedDict()
         self._queue: queue.Queue[_Send | None] = queue.Queue(queue_size)
         self._thread: threading.Thread | None = None
+        #: set by ``stop`` once its timeout has passed: the writer sends nothing more (the rest is dropped)
+        self._abandon = threading.Event()
         self.sent = 0
         self.suppressed = 0
         self.dropped = 0
@@ -127,20 +129,25 @@ class EventRecorder:
     # -- sending -----------------------------------------------------------------------------------------
     def start(self) -> None:
         if self._thread is None:
+            self._abandon.clear()
             self._thread = threading.Thread(target=self._run, name="events", daemon=True)
             self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Send what is queued (up to ``timeout``), then end the writer thread."""
+        """Send what is queued for up to ``timeout`` seconds, then give up on the rest (counted as dropped): the
+        writer must not outlive the controller, writing after it stopped (or to an API server gone since)."""
         if self._thread is None:
             self.drain()
             return
+        deadline = time.monotonic() + timeout
         try:
             self._queue.put(None, timeout=timeout)
-        except queue.Full:  # the API server is not taking Events: give up on the backlog (daemon thread)
-            self._thread = None
-            return
-        self._thread.join(timeout)
+        except queue.Full:  # the API server is not taking Events: nothing more is sent
+            pass
+        else:
+            self._thread.join(max(0.0, deadline - time.monotonic()))
+        if self._thread.is_alive():
+            self._abandon.set()  # the request in flight ends on its own timeout; nothing is sent after it
         self._thread = None
 
     def drain(self) -> None:
@@ -153,6 +160,9 @@ class EventRecorder:
             if item is not None:
                 self._send(item)
             self._queue.task_done()
+            if self._abandon.is_set():
+                self._give_up()
+                return
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until the writer thread has sent everything queued so far; True if it did in time."""
@@ -174,6 +184,20 @@ class EventRecorder:
                 self._send(item)
             finally:
                 self._queue.task_done()
+            if self._abandon.is_set():
+                self._give_up()
+                return
+
+    def _give_up(self) -> None:
+        """Drop what is still queued (``stop``'s timeout has passed)."""
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if item is not None:
+                self.dropped += 1
+            self._queue.task_done()
 
     def _send(self, item: _Send) -> None:
         if self._core is None:
