@@ -589,6 +589,7 @@ def live(nodes: int, pods: int, replicas: int, timeout: float) -> dict[str, floa
                 out["rss after scale-out MiB"] = _rss_mib() - rss_before
                 out["rss/pod after scale-out KiB"] = out["rss after scale-out MiB"] * 1024 / (pods + replicas)
             finally:
+                dropped_running = controller.events.dropped  # a full queue's drops, before stop gives up any
                 stop.set()
                 thread.join(60)
                 Provisioner.plan = inner_plan  # type: ignore[method-assign]
@@ -608,7 +609,8 @@ def live(nodes: int, pods: int, replicas: int, timeout: float) -> dict[str, floa
         out["rate limiter: seconds waited"] = waited
         out["rate limiter: longest wait <= s"] = longest
         out["'waited ... for a token' lines"] = waits.lines
-        out["Events sent"], out["Events dropped"] = controller.events.sent, controller.events.dropped
+        out["Events sent"], out["Events dropped (queue full)"] = controller.events.sent, dropped_running
+        out["Events given up at stop"] = controller.events.dropped - dropped_running
         out["Events failed"] = controller.events.failed
         print("per batch (before solve s, after solve s): "
               + ", ".join(f"({b:.2f}, {a:.2f})" for b, a in batches), file=sys.stderr)
