@@ -21,7 +21,7 @@ of replicas (one ``model.pod.PodShape``) and of Nodes of one type share everythi
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -293,7 +293,30 @@ def _event_type(item: Any) -> Any:
     return msgspec.defstruct("Event", [("type", Any, None), ("object", item | None, None)])
 
 
-class PodParser:
+class _ShapeParser:
+    """A model parser that parses once per shape: objects whose fields match but for their identity share one
+    parsed model, copied with their identity; the shapes kept are bounded like ``Shared``."""
+
+    def __init__(self, limit: int) -> None:
+        self._shapes: dict[tuple[bytes, bytes, bytes], Any] = {}
+        self._limit = limit
+        self._encode = msgspec.json.Encoder().encode
+
+    def _model(self, key: tuple[bytes, bytes, bytes], raw: Mapping[str, Any], parse: Callable[[Any], Any],
+               identity: Mapping[str, Any]) -> Any:
+        shape = self._shapes.get(key)
+        if shape is None:
+            shape = parse(raw)
+            if len(self._shapes) >= self._limit:
+                self._shapes.clear()
+            self._shapes[key] = shape
+        model = shape.model_copy(update=identity)
+        # every copy names the same fields as set: share the shape's set instead of one per object
+        object.__setattr__(model, "__pydantic_fields_set__", shape.__pydantic_fields_set__)
+        return model
+
+
+class PodParser(_ShapeParser):
     """``model.pod.Pod.parse`` once per pod shape: replicas differ only in name, uid, node, creation and start
     time, so a pod whose other fields match an earlier one's is that pod's model with those five replaced — the
     same model ``Pod.parse`` builds (``tests/unit/test_decode.py``), in microseconds instead of a millisecond,
@@ -305,9 +328,7 @@ class PodParser:
                 ("status", "startTime", "started"))
 
     def __init__(self, limit: int = 20_000) -> None:
-        self._shapes: dict[tuple[bytes, bytes, bytes], Any] = {}
-        self._limit = limit
-        self._encode = msgspec.json.Encoder().encode
+        super().__init__(limit)
 
     def __call__(self, raw: Mapping[str, Any]) -> Any:
         from model.pod import Pod
@@ -326,28 +347,17 @@ class PodParser:
                                                                            "creationTimestamp")}),
                self._encode({k: v for k, v in spec.items() if k != "nodeName"}),
                self._encode({k: v for k, v in status.items() if k != "startTime"}))
-        shape = self._shapes.get(key)
-        if shape is None:
-            shape = Pod.parse(raw)
-            if len(self._shapes) >= self._limit:
-                self._shapes.clear()
-            self._shapes[key] = shape
-        pod = shape.model_copy(update=update)
-        # every copy names the same fields as set: share the shape's set instead of one per pod
-        object.__setattr__(pod, "__pydantic_fields_set__", shape.__pydantic_fields_set__)
-        return pod
+        return self._model(key, raw, Pod.parse, update)
 
 
-class NodeParser:
+class NodeParser(_ShapeParser):
     """``model.node.Node.parse`` once per node shape: Nodes of one instance type differ in name, labels,
     providerID and creation time, so a Node whose other fields match an earlier one's is that Node's model with
     those four replaced — the same model (``tests/unit/test_decode.py``), sharing its taints, annotations and
     resource vectors. Bounded like ``Shared``."""
 
     def __init__(self, limit: int = 5_000) -> None:
-        self._shapes: dict[tuple[bytes, bytes, bytes], Any] = {}
-        self._limit = limit
-        self._encode = msgspec.json.Encoder().encode
+        super().__init__(limit)
 
     def __call__(self, raw: Mapping[str, Any]) -> Any:
         from model.node import Node
@@ -365,17 +375,9 @@ class NodeParser:
         key = (self._encode([meta.get("annotations"), meta.get("deletionTimestamp")]),
                self._encode([spec.get("taints"), spec.get("unschedulable")]),
                self._encode([status.get("capacity"), status.get("allocatable"), _condition_states(status)]))
-        shape = self._shapes.get(key)
-        if shape is None:
-            shape = Node.parse(raw)
-            if len(self._shapes) >= self._limit:
-                self._shapes.clear()
-            self._shapes[key] = shape
         name, created, provider = identity
-        node = shape.model_copy(update={"name": name or "", "labels": dict(labels), "provider_id": provider or "",
-                                        "created": created or ""})
-        object.__setattr__(node, "__pydantic_fields_set__", shape.__pydantic_fields_set__)
-        return node
+        return self._model(key, raw, Node.parse, {"name": name or "", "labels": dict(labels),
+                                                   "provider_id": provider or "", "created": created or ""})
 
 
 def _condition_states(status: Mapping[str, Any]) -> Any:

@@ -374,18 +374,7 @@ class Metrics:
         inner = api.call_api
 
         def call_api(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-            started = time.monotonic()
-            code = "<error>"  # client-go's code for a request that got no response
-            try:
-                response = inner(method, url, *args, **kwargs)
-                code = str(getattr(response, "status", "") or "<error>")
-                return response
-            except client.ApiException as err:
-                code = str(err.status)
-                raise
-            finally:
-                self.client_requests.labels(code, method.upper()).inc()
-                self.client_latency.labels(**_request_labels(method, url)).observe(time.monotonic() - started)
+            return throttle.attempt(inner, self._attempted, method, url, *args, **kwargs)
 
         api.call_api = call_api  # type: ignore[method-assign]
         api._nodeplan_instrumented = True  # type: ignore[attr-defined]

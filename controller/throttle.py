@@ -156,18 +156,25 @@ class Throttle:
             self._sleep(wait)
 
     def _attempt(self, inner: Callable[..., Any], method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-        started = time.monotonic()
-        code = "<error>"  # client-go's code for a request that got no response
-        try:
-            response = inner(method, url, *args, **kwargs)
-            code = str(getattr(response, "status", "") or "<error>")
-            return response
-        except client.ApiException as err:
-            code = str(err.status)
-            raise
-        finally:
-            if self.on_attempt is not None:
-                self.on_attempt(method.upper(), url, code, time.monotonic() - started)
+        return attempt(inner, self.on_attempt, method, url, *args, **kwargs)
+
+
+def attempt(inner: Callable[..., Any], report: Callable[[str, str, str, float], None] | None, method: str, url: str,
+            *args: Any, **kwargs: Any) -> Any:
+    """``inner(method, url, ...)``, then ``report(HTTP verb, URL, status code or "<error>", seconds)``: one
+    request as client-go counts and times it."""
+    started = time.monotonic()
+    code = "<error>"  # client-go's code for a request that got no response
+    try:
+        response = inner(method, url, *args, **kwargs)
+        code = str(getattr(response, "status", "") or "<error>")
+        return response
+    except client.ApiException as err:
+        code = str(err.status)
+        raise
+    finally:
+        if report is not None:
+            report(method.upper(), url, code, time.monotonic() - started)
 
 
 def install(api: client.ApiClient, qps: float = DEFAULT_QPS, burst: int = DEFAULT_BURST, *,
