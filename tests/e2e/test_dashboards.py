@@ -164,7 +164,6 @@ def dashboard_queries(dashboard: dict[str, Any], variables: dict[str, list[str]]
 # -- the e2e run -------------------------------------------------------------------------------------------
 NAMESPACE = "dashboards"
 POOL = "dashboards"
-GROUP, VERSION = "karpenter.sh", "v1"
 
 
 def _nodepool() -> dict[str, Any]:
@@ -226,11 +225,11 @@ def test_every_dashboard_panel_has_series(cluster: Any, crds: list[str]) -> None
     from controller.disruption import DisruptionOptions
     from controller.provisioner import ProvisionerOptions
     from controller.run import Controller, ControllerOptions
-    from tests.e2e.conftest import apply, release_finalizers, wait_for
+    from tests.e2e.conftest import apply, tear_down, wait_for
 
     binary = promql_binary()
     api = cluster.api()
-    core, custom, apps = client.CoreV1Api(api), client.CustomObjectsApi(api), client.AppsV1Api(api)
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
     apply(api, KWOK_NODECLASS)
     apply(api, _nodepool())
@@ -270,13 +269,7 @@ def test_every_dashboard_panel_has_series(cluster: Any, crds: list[str]) -> None
     finally:
         stop.set()
         thread.join(60)
-        client.AppsV1Api(api).delete_collection_namespaced_deployment(NAMESPACE)
-        core.delete_namespace(NAMESPACE, grace_period_seconds=0)
-        for claim in custom.list_cluster_custom_object(GROUP, VERSION, "nodeclaims")["items"]:
-            if claim["metadata"].get("labels", {}).get("karpenter.sh/nodepool") == POOL:
-                custom.delete_cluster_custom_object(GROUP, VERSION, "nodeclaims", claim["metadata"]["name"])
-        release_finalizers(api)
-        custom.delete_cluster_custom_object(GROUP, VERSION, "nodepools", POOL)
+        tear_down(api, NAMESPACE, POOL)  # returns once the pool's Nodes are gone: later tests count every Node
     window = f"{int(time.time() - started) + 60}s"
     at = scrapes[-1][0]
     empty, failed, count = [], [], 0
