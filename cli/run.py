@@ -77,8 +77,8 @@ def run_cmd(
                                                     help="How long the solver may spend on one batch.")] = 10.0,
     decision_gap: Annotated[float, typer.Option("--decision-gap", min=0.0, max=1.0, help="Decide a batch as soon "
                                                 "as its plan is certified within this relative gap of the lower "
-                                                "bound (0.01: 1 %), not at --solve-time-limit; 0: prove optimal "
-                                                "or use the time.")] = 0.01,
+                                                "bound (0.02: 2 %), not at --solve-time-limit; 0: prove optimal "
+                                                "or use the time.")] = 0.02,
     bind_grace: Annotated[float, typer.Option("--bind-grace", parser=Duration(), metavar="DURATION",
                                               show_default="15s", help="How long after a NodeClaim is "
                                               "initialized its pods stay reserved for it.")] = 15.0,

@@ -284,7 +284,7 @@ class ProvisionerOptions:
     preference_price: float = 0.0
     #: a batch is decided once its plan is certified within this relative gap of the lower bound, not at the
     #: time limit (``nodeplan run --decision-gap``; ``SolveOptions.gap``)
-    decision_gap: float = 0.01
+    decision_gap: float = 0.02
     #: Dynamic Resource Allocation (``nodeplan run --dra/--no-dra``): off, pods with resource claims are left
     #: to other provisioners (Karpenter's ``--ignore-dra-requests``) and the DRA kinds are not read
     dra: bool = True

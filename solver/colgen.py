@@ -319,8 +319,13 @@ def _exact_round(master: MasterLP, bins: list[Bin], sizes: np.ndarray, demand: n
 def column_generation(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, objective: Objective,
                       limits: dict[tuple[int, str], int], initial: list[Pattern],
                       deadline: float, exact_time: float = 0.05, tolerance: float = 1e-4,
-                      workers: int = 2) -> ColumnGenerationResult:
-    """Generate patterns until the LP is solved (or its bound is within ``tolerance``) or time is up."""
+                      workers: int = 2, known_bound: float = 0.0, known_slack: float = 0.0
+                      ) -> ColumnGenerationResult:
+    """Generate patterns until the LP is solved (or its bound is within ``tolerance``) or time is up.
+
+    ``known_bound`` is a bound the caller already holds (the resource-share bound): once the restricted LP's
+    value is within ``known_slack`` of it, no LP bound can add more than that, and pricing stops (on generic
+    batches the share bound is within 0.2 % of the LP, and proving the LP took most of the time)."""
     master = MasterLP(bins, demand, objective, limits)
     for pattern in initial + seed_patterns(bins, sizes, demand):
         master.add(pattern)
@@ -332,10 +337,15 @@ def column_generation(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, ob
     pool = ThreadPoolExecutor(max_workers=max(workers, 1), thread_name_prefix="pricing")
     iterations = 0
     value = master.solve()
-    while time.monotonic() < deadline and value - lower > tolerance * max(value, 1.0):
+    #: the last heuristic round lowered the LP by less than the tolerance: price exactly next (on mixes where
+    #: the heuristic fills stall, the exact rounds are what move the LP)
+    stalled = False
+    while time.monotonic() < deadline and value - lower > tolerance * max(value, 1.0) \
+            and value - known_bound > known_slack * max(value, 1.0):
         iterations += 1
         pi, mu, lam = master.duals()
-        added = master.price_greedily(bins, sizes, deadline)
+        added = 0 if stalled else master.price_greedily(bins, sizes, deadline)
+        heuristic = bool(added)
         if not added:
             added, floors, left = _exact_round(master, bins, sizes, demand, objective, pi, mu, lam, deadline,
                                                exact_time, pool, max_exact)
@@ -351,7 +361,8 @@ def column_generation(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, ob
                     # bound and the Farley bound stands in for it
                     converged = all(f >= -FLOOR_TOLERANCE for f in floors.values())
                     break
-        value = master.solve()
+        last, value = value, master.solve()
+        stalled = heuristic and last - value < tolerance * max(value, 1.0)
     pool.shutdown(wait=True)
     return ColumnGenerationResult(patterns=list(master.columns), lp_value=value, lower_bound=float(lower),
                                   converged=converged, iterations=iterations, lp_solution=master.solution(),

@@ -30,8 +30,9 @@ def solve_compact(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, limits
                   slots: dict[int, int], *, time_limit: float, seed: int, workers: int, deterministic: bool,
                   cost_below: int | None = None, cost_at_least: float = 0.0,
                   extra: Callable[[cp_model.CpModel, dict[tuple[int, int], cp_model.IntVar]], None] | None = None,
-                  hint: dict[Pattern, int] | None = None) -> CompactResult:
-    """Cover ``demand`` exactly with at most ``slots[b]`` nodes of each bin, at least cost."""
+                  hint: dict[Pattern, int] | None = None, good_enough: int | None = None) -> CompactResult:
+    """Cover ``demand`` exactly with at most ``slots[b]`` nodes of each bin, at least cost; with
+    ``good_enough``, the search stops at the first plan costing no more (the caller's decision gap is met)."""
     model = cp_model.CpModel()
     ks = [k for k in range(len(demand)) if demand[k] > 0]
     used: dict[tuple[int, int], cp_model.IntVar] = {}
@@ -80,7 +81,7 @@ def solve_compact(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, limits
         _add_hint(model, bins, hint, used, count)
     model.minimize(cost)
     solver = make_solver(time_limit, seed, workers, deterministic)
-    status = solver.solve(model)
+    status = solver.solve(model, _StopAt(good_enough) if good_enough is not None else None)
     name = solver.status_name(status)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return CompactResult(status=name, chosen=None, cost=None)
@@ -92,6 +93,18 @@ def solve_compact(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, limits
             pattern = Pattern(b_index, counts)
             chosen[pattern] = chosen.get(pattern, 0) + 1
     return CompactResult(status=name, chosen=chosen, cost=int(solver.objective_value))
+
+
+class _StopAt(cp_model.CpSolverSolutionCallback):
+    """Ends the search at the first solution whose cost is at most ``target``."""
+
+    def __init__(self, target: int) -> None:
+        super().__init__()
+        self.target = target
+
+    def on_solution_callback(self) -> None:
+        if self.objective_value <= self.target + 0.5:
+            self.stop_search()
 
 
 def _add_hint(model: cp_model.CpModel, bins: list[Bin], hint: dict[Pattern, int],

@@ -19,12 +19,17 @@ from solver.compact import solve_compact
 from solver.patterns import Pattern
 
 EPS = 1e-6
+#: the exact finish's time when nothing short of optimal would do
+FINISH_SECONDS = 0.3
 
 
 def dive(master: MasterLP, bins: list[Bin], sizes: np.ndarray, demand: np.ndarray,
          limits: dict[tuple[int, str], int], deadline: float, *, seed: int, workers: int, deterministic: bool,
-         finish_nodes: int = 3, pricing_rounds: int = 3, round_up: float = 0.5, round_up_above: float = 50.0
-         ) -> dict[Pattern, int] | None:
+         finish_nodes: int = 3, pricing_rounds: int = 3, round_up: float = 0.5, round_up_above: float = 50.0,
+         good_enough: int | None = None) -> dict[Pattern, int] | None:
+    """The dive's plan; ``good_enough`` is a cost the caller accepts at once (its bound plus its decision gap):
+    the exact finish then searches longer, up to half the time left, but stops as soon as the plan costs no
+    more (a small batch's last nodes are where a 0.3 s finish loses a few per cent)."""
     residual = demand.copy()
     limits_left = dict(limits)
     counts_left = {b.index: b.count for b in bins if b.count is not None}
@@ -43,8 +48,9 @@ def dive(master: MasterLP, bins: list[Bin], sizes: np.ndarray, demand: np.ndarra
             return committed  # the LP leaves the rest unscheduled (limits): so does the plan
         nodes_left = sum(solution.values())
         if nodes_left <= finish_nodes:
+            spent = sum(bins[p.bin].cost * n for p, n in committed.items())
             rest = _finish(bins, sizes, residual, limits_left, counts_left, solution, deadline, seed, workers,
-                           deterministic)
+                           deterministic, None if good_enough is None else good_enough - spent)
             if rest is not None:
                 for pattern, n in rest.items():
                     committed[pattern] = committed.get(pattern, 0) + n
@@ -102,8 +108,9 @@ def _buildable(b: Bin, counts_left: dict[int, int], limits_left: dict[tuple[int,
 
 def _finish(bins: list[Bin], sizes: np.ndarray, residual: np.ndarray, limits: dict[tuple[int, str], int],
             counts_left: dict[int, int], solution: dict[Pattern, float], deadline: float, seed: int,
-            workers: int, deterministic: bool) -> dict[Pattern, int] | None:
-    """Pack the last few nodes' worth exactly: LP-used bins get ⌈x*⌉ + 1 slots, every other bin one."""
+            workers: int, deterministic: bool, good_enough: int | None = None) -> dict[Pattern, int] | None:
+    """Pack the last few nodes' worth exactly: LP-used bins get ⌈x*⌉ + 1 slots, every other bin one. With a
+    ``good_enough`` cost for them it may take up to half the time left, stopping once it is met."""
     used: dict[int, float] = {}
     for pattern, v in solution.items():
         used[pattern.bin] = used.get(pattern.bin, 0.0) + v
@@ -114,7 +121,9 @@ def _finish(bins: list[Bin], sizes: np.ndarray, residual: np.ndarray, limits: di
             n = min(n, counts_left.get(b.index, 0))
         if n > 0:
             slots[b.index] = n
-    budget = min(max(deadline - time.monotonic(), 0.1), 0.3)
+    left = max(deadline - time.monotonic(), 0.1)
+    budget = min(left, FINISH_SECONDS if good_enough is None else max(FINISH_SECONDS, left / 2))
     result = solve_compact(bins, sizes, residual, limits, slots, time_limit=budget, seed=seed, workers=workers,
-                           deterministic=deterministic)
+                           deterministic=deterministic,
+                           good_enough=None if good_enough is None else max(good_enough, 0))
     return result.chosen

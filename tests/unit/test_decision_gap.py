@@ -67,3 +67,60 @@ def test_pods_that_fit_the_room_left_on_a_node_are_decided_without_column_genera
     assert plan.node_claims == [] and [len(n.pods) for n in plan.existing_nodes] == [8]
     assert plan.solver.status == "OPTIMAL" and "colgen" not in plan.solver.stages
     assert verify(snap, plan) == []
+
+
+def _compiled(pods: int) -> tuple[Any, Any, Any, Any]:
+    from solver.bins import build_bins
+    from solver.merge import merge_classes
+    from solver.problem import compile_problem
+    from solver.provision import _limits, placeable_demand
+    problem = merge_classes(compile_problem(snapshot(deployments(pods))))
+    bins = build_bins(problem)
+    return problem, bins, placeable_demand(problem, bins), _limits(problem)
+
+
+def test_column_generation_stops_once_its_lp_is_within_the_slack_of_a_known_bound() -> None:
+    """The restricted LP's value bounds the true LP from above, so once it is within ``known_slack`` of a
+    bound the caller holds, pricing on cannot raise that bound by more; its own bound stays valid."""
+    import time
+
+    import numpy as np
+
+    from solver.bound import share_bound
+    from solver.colgen import Objective, column_generation
+    problem, bins, demand, limits = _compiled(400)
+    objective = Objective(rank_weight=0, unscheduled_weight=max(b.cost for b in bins) * 10,
+                          best_rank=np.zeros(len(demand), dtype=np.int64))
+    share = share_bound(bins, problem.sizes, demand)
+    full = column_generation(bins, problem.sizes, demand, objective, limits, [], time.monotonic() + 60)
+    early = column_generation(bins, problem.sizes, demand, objective, limits, [], time.monotonic() + 60,
+                              known_bound=share, known_slack=0.05)
+    assert share <= full.lp_value + 1 and full.lp_value - full.lower_bound <= 1e-4 * full.lp_value
+    assert early.iterations < full.iterations
+    assert early.lp_value - share <= 0.05 * early.lp_value
+    assert early.lower_bound <= full.lp_value + 1  # whatever it certifies is still a bound
+
+
+def test_the_exact_finish_stops_at_the_first_plan_within_the_target() -> None:
+    """``good_enough``: the compact model ends the search at the first plan at or below the target."""
+    from solver.compact import solve_compact
+    problem, bins, demand, limits = _compiled(120)
+    slots = {b.index: 2 for b in bins}
+    best = solve_compact(bins, problem.sizes, demand, limits, slots, time_limit=30, seed=0, workers=1,
+                         deterministic=True)
+    assert best.cost is not None
+    loose = solve_compact(bins, problem.sizes, demand, limits, slots, time_limit=30, seed=0, workers=1,
+                          deterministic=True, good_enough=best.cost * 2)
+    assert loose.cost is not None and loose.cost <= best.cost * 2
+    assert loose.status == "FEASIBLE" or loose.cost == best.cost  # stopped early, unless its first plan was best
+
+
+def test_a_500_pod_batch_is_decided_within_a_two_percent_gap() -> None:
+    """The default decision gap (2 %): certified by the bound, and the plan verifies."""
+    snap = snapshot(deployments(500))
+    plan = solve(snap, SolveOptions(time_limit=10.0, workers=1, gap=0.02)).plan
+    assert verify(snap, plan) == [] and not plan.unschedulable
+    decided = plan.cost.total <= plan.cost.lower_bound * 1.02 + 1e-6
+    assert decided or plan.solver.wall_seconds >= 0.8 * 10.0, plan.solver
+    if decided:
+        assert any(n.startswith("decided:") for n in plan.solver.notes) or plan.solver.status == "OPTIMAL"
