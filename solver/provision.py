@@ -40,6 +40,7 @@ from model.resources import Resources
 from model.snapshot import Snapshot
 from solver.bins import Bin, bin_of_template, build_bins
 from solver.bound import share_bound
+from solver.bounds import from_problem, recompiled, relaxation_bound
 from solver.colgen import ColumnGenerationResult, Objective, column_generation
 from solver.decode import decode, shrink
 from solver.dive import dive
@@ -54,7 +55,6 @@ from solver.placement import Placement
 from solver.problem import Problem, compile_problem
 from solver.proof import prove, slot_bounds
 from solver.rules.preferences import PreferencePolicy
-from solver.rules.registry import RULES
 from solver.verify.dra import with_devices
 
 #: seconds per pod held back from the time limit for decoding and writing the plan
@@ -517,19 +517,26 @@ class _Run:
             if status == "OPTIMAL":
                 status, stats.optimality = "FEASIBLE", "conservative model"
             left_out = {p.key for p in placement.unschedulable}
+            # the compiled batch relaxed in place (zone pins undone, only exact counters kept) when its stricter
+            # encodings allow it: milliseconds; else the batch is recompiled without those families
+            with stats.stage("relaxed bound"):
+                relaxation = from_problem(self.problem, _scheduled_demand(self.problem, placement))
             # recompiling the batch takes about this long: past the limit, no bound rather than a late one
-            if time.monotonic() + RELAXED_BOUND_SHARE * stats.stages.get("compile", 0.0) \
+            if relaxation is None and time.monotonic() + RELAXED_BOUND_SHARE * stats.stages.get("compile", 0.0) \
                     > self.deadline + RELAXED_BOUND_SHARE * stats.stages.get("compile", 0.0) * 1.2:
                 stats.notes.append("no time left for a bound over the exact families: none is reported")
                 stats.bound_method, relaxed = "none (time limit)", 0.0
             else:
                 with stats.stage("relaxed bound"):
-                    relaxed = relaxed_bound(self.problem.snapshot, {
-                        p.key for p in self.problem.snapshot.pending_pods() if p.key not in left_out},
-                        self.problem.conservative_by)
-                stats.bound_method = ("lower bound on a relaxation without the families stricter than "
-                                      "Kubernetes (" + ", ".join(sorted(self.problem.conservative_by)) + ")")
-            reported, stats.lp_bound = min(reported, relaxed), None
+                    if relaxation is None:
+                        relaxation = recompiled(self.problem.snapshot, {
+                            p.key for p in self.problem.snapshot.pending_pods() if p.key not in left_out},
+                            self.problem.conservative_by)
+                    relaxed = relaxation_bound(relaxation, max(self.deadline, time.monotonic() + 0.5))
+                stats.bound_method = ("per-node price bound on a relaxation keeping only Kubernetes' exact rules "
+                                      "(stricter here: " + ", ".join(sorted(self.problem.conservative_by)) + ")")
+            # the compiled model's own bound holds for its stricter rules only: the relaxation's alone is reported
+            reported, stats.lp_bound = relaxed, None
         elif status == "OPTIMAL":
             stats.optimality = "kubernetes"
         return status, reported
@@ -575,17 +582,12 @@ def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResul
 
 
 def relaxed_bound(snapshot: Snapshot, scheduled: set[str], stricter: Collection[str] | None = None) -> float:
-    """A lower bound (micro-units) that holds under Kubernetes' own rules: the resource-share bound over
-    the ``scheduled`` pending pods, compiled without the families whose encoding is stricter than
-    Kubernetes (``stricter``, by name; every ``Rule.relaxable`` one when not known). Dropping pod-to-pod
-    rules can only make the optimum cheaper; the exact ones (counters included) keep the bound tight."""
-    pods = [p for p in snapshot.pending_pods() if p.key in scheduled]
-    relaxed = compile_problem(snapshot, pods, rules=[r for r in RULES if not (
-        r.relaxable and (stricter is None or r.name in stricter))])
-    bins = build_bins(relaxed)
-    if not bins:
-        return 0.0
-    return share_bound(bins, relaxed.sizes, relaxed.demand)
+    """A lower bound (micro-units) that holds under Kubernetes' own rules for the ``scheduled`` pending pods:
+    the batch compiled without the families whose encoding is stricter than Kubernetes (``stricter``, by name;
+    every ``Rule.relaxable`` one when not known) but their exact per-node counters (``solver.bounds.relaxation``),
+    bounded by per-node prices (``solver.bounds.nodeshare``).
+    Dropping rules or widening admission can only make the optimum cheaper."""
+    return relaxation_bound(recompiled(snapshot, scheduled, stricter))
 
 
 def _dive(problem: Problem, bins: list[Bin], cg: ColumnGenerationResult, demand: np.ndarray,
