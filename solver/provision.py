@@ -40,7 +40,7 @@ from model.resources import Resources
 from model.snapshot import Snapshot
 from solver.bins import Bin, bin_of_template, build_bins
 from solver.bound import share_bound
-from solver.bounds import from_problem, recompiled, relaxation_bound
+from solver.bounds import from_problem, recompiled, relaxation_bound, relaxes_in_place
 from solver.colgen import ColumnGenerationResult, Objective, column_generation
 from solver.decode import decode, shrink
 from solver.dive import dive
@@ -562,7 +562,7 @@ def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResul
         return _result(problem, greedy, greedy, 0.0, "EMPTY", started, options, stats)
     run = _Run(problem=problem, options=options, started=started, deadline=deadline, stats=stats, greedy=greedy)
     run.prepare()
-    if problem.conservative:  # certify's bound over exact families recompiles the batch: keep time for it
+    if problem.conservative and not relaxes_in_place(problem):  # certify's bound recompiles: keep time for it
         run.deadline -= min(RELAXED_BOUND_SHARE * stats.stages["compile"], 0.2 * options.time_limit)
     run.first_improvement()
     if run.options.gap > 0 and run.cheap_decision():

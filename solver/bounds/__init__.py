@@ -9,6 +9,7 @@ whole node, not a share of one). ``constrained_bound`` is the two together.
 from __future__ import annotations
 
 from solver.bounds.nodeshare import constrained_bound, node_share_bound, relaxation_bound
-from solver.bounds.relaxation import Relaxation, from_problem, recompiled
+from solver.bounds.relaxation import Relaxation, from_problem, recompiled, relaxes_in_place
 
-__all__ = ["Relaxation", "constrained_bound", "from_problem", "node_share_bound", "recompiled", "relaxation_bound"]
+__all__ = ["Relaxation", "constrained_bound", "from_problem", "node_share_bound", "recompiled", "relaxation_bound",
+           "relaxes_in_place"]

@@ -88,15 +88,21 @@ def _fits(capacity: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     return out
 
 
-def from_problem(problem: Problem, demand: np.ndarray) -> Relaxation | None:
-    """The relaxation of the compiled ``problem`` for ``demand`` units per class, or None when its stricter
-    encodings are not only zone pins and per-node counters (then ``recompiled``)."""
+def relaxes_in_place(problem: Problem) -> bool:
+    """Can the compiled ``problem`` be relaxed without recompiling? Only when its stricter encodings are zone
+    pins and per-node counters alone, and no pin on another key or on existing nodes needs telling apart."""
     if set(problem.conservative_by) - set(UNDOABLE):
-        return None
+        return False
     pinned = DomainRules.name in problem.conservative_by
-    if pinned and (problem.existing or any(c.representative.rule_terms for c in problem.classes)):
-        return None  # pins on other keys, or existing nodes a pin closed: only a recompile knows them apart
-    return _relax(problem, demand, unpin=pinned)
+    return not (pinned and (problem.existing or any(c.representative.rule_terms for c in problem.classes)))
+
+
+def from_problem(problem: Problem, demand: np.ndarray) -> Relaxation | None:
+    """The relaxation of the compiled ``problem`` for ``demand`` units per class, or None when it cannot be
+    relaxed in place (``relaxes_in_place``; then ``recompiled``)."""
+    if not relaxes_in_place(problem):
+        return None
+    return _relax(problem, demand, unpin=DomainRules.name in problem.conservative_by)
 
 
 def recompiled(snapshot: Snapshot, scheduled: set[str], stricter: Collection[str] | None = None) -> Relaxation:
