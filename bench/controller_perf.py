@@ -37,6 +37,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -385,7 +386,7 @@ def _running(core: client.CoreV1Api) -> tuple[int, int]:
 
 
 def run(kind: str, cat: Catalog, deployments: Sequence[dict[str, Any]], *, keep: float, settle: float,
-        timeout: float, bin_dir: str, karpenter_bin: str, karpenter_crds: Path) -> Result:
+        timeout: float, bin_dir: str, karpenter_bin: str, karpenter_crds: Path, logs: Path | None = None) -> Result:
     pods = sum(d["spec"]["replicas"] for d in deployments)
     result = Result(cat.name, kind, pods)
     with tempfile.TemporaryDirectory() as tmp, _fresh_cluster(tmp, bin_dir) as (api, kubeconfig):
@@ -423,6 +424,9 @@ def run(kind: str, cat: Catalog, deployments: Sequence[dict[str, Any]], *, keep:
         finally:
             stop(controller)
             log.close()
+            if logs is not None:  # kept for reading the controller's own account of the run
+                logs.mkdir(parents=True, exist_ok=True)
+                shutil.copy(f"{tmp}/controller.log", logs / f"{cat.name}-{kind}-{pods}.log")
     return result
 
 
@@ -505,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--timeout", type=float, default=600.0, help="per phase")
     parser.add_argument("--bound-time-limit", type=float, default=30.0)
+    parser.add_argument("--logs", type=Path, help="directory to keep each controller's log in")
     args = parser.parse_args(argv)
     bin_dir = subprocess.run([str(CONTROL_PLANE / "build.sh")], check=True, capture_output=True,
                              text=True).stdout.strip().splitlines()[-1]
@@ -522,7 +527,8 @@ def main(argv: list[str] | None = None) -> int:
             for n in (int(p) for p in args.pods.split(",")):
                 deployments = generic_deployment_objects(n, args.seed, NAMESPACE)
                 results = [run(kind, cat, deployments, keep=args.keep, settle=args.settle, timeout=args.timeout,
-                               bin_dir=bin_dir, karpenter_bin=karpenter_bin, karpenter_crds=karpenter_crds)
+                               bin_dir=bin_dir, karpenter_bin=karpenter_bin, karpenter_crds=karpenter_crds,
+                               logs=args.logs)
                            for kind in controllers]
                 bounds = {"out": lower_bound(cat, deployments, args.bound_time_limit)}
                 if args.keep < 1.0:
