@@ -5,7 +5,9 @@ kube-apiserver 1.36 lists them (``api_pod``, ``api_node``: managedFields of ever
 server fills in, the status KWOK reports; ~5 KB of JSON a pod) are served as JSON list pages to the cache's own
 ``Informer._list`` (500 a page) and watch lines to its ``_apply``, the path a live watch takes. Measured:
 decoding time, the cache's memory per pod (tracemalloc: the slim objects; then the parsed models a batch adds),
-and the per-batch overhead, everything a batch does but the solve — ``Provisioner.pending`` (the batch window's
+the resident memory they add as an operator sees it (``VmRSS`` before and after, in a fresh process, at 20,000
+pods and at ``--pods``: the list on an informer thread, the first batch on another; and the peak during the
+list), and the per-batch overhead, everything a batch does but the solve — ``Provisioner.pending`` (the batch window's
 poll), ``snapshot_objects`` and ``ClusterCache.snapshot`` — on the first batch (every pod parsed) and on a
 steady one after ``--changed`` bound pods changed and ``--pending`` new pods arrived by watch; beside it, what
 the same snapshot costs when every object is parsed again (``parse_objects``, what each batch did before).
@@ -235,7 +237,9 @@ class PagedLister:
         token = kwargs.get("_continue") or ""
         index = int(token.split("-")[1]) if token else 0
         self.calls += 1
-        return self.Response(self.pages[index])
+        # a body of its own, as urllib3 reads each response into new bytes (freed after decoding: the allocator
+        # sees the same megabytes come and go as on a live list)
+        return self.Response(bytes(memoryview(self.pages[index])))
 
 
 def _tracemalloc_delta(action: Callable[[], Any]) -> tuple[Any, int, float]:
@@ -295,6 +299,65 @@ class OfflineCluster:
         return listed / self.pods, parsed / self.pods
 
 
+    def resident_per_pod(self) -> dict[str, float]:
+        """Resident set size the pods add, as an operator sees it (``VmRSS``, after ``gc.collect()``): the Pod
+        list on a thread of its own (as ``Informer`` runs it: glibc gives each thread its own malloc arena), then
+        the first batch on another (the provisioner's), every other kind listed before the first reading. Also
+        the peak during the list (``VmHWM``, reset first), which holds the pages being decoded."""
+        from controller.cache import release_freed_memory
+
+        measured = self.cache()
+        provisioner = self.provisioner(measured)
+        gc.collect()
+        release_freed_memory()  # what making the pages freed goes back to the system: the baseline is what is live
+        before = _status_bytes("VmRSS")
+        peak_reset = _reset_peak()
+        _on_thread("informer-Pod", measured.informers["Pod"]._list)
+        peak = _status_bytes("VmHWM") if peak_reset else 0
+        gc.collect()
+        listed = _status_bytes("VmRSS")
+        _on_thread("provisioner", lambda: batch_timed(measured, provisioner))
+        gc.collect()
+        after = _status_bytes("VmRSS")
+        figures = {"rss list bytes/pod": (listed - before) / self.pods,
+                   "rss list + models bytes/pod": (after - before) / self.pods}
+        if peak_reset:
+            figures["rss peak during list bytes/pod"] = (peak - before) / self.pods
+        return figures
+
+
+def resident(pods: int, nodes: int, deployments: int) -> dict[str, float]:
+    """``OfflineCluster.resident_per_pod`` in a fresh process (memory freed by earlier measurements here would
+    be reused and hide growth)."""
+    done = subprocess.run([sys.executable, "-m", "bench.controller_scale", "--resident", str(pods), str(nodes),
+                           str(deployments)], cwd=ROOT, check=True, capture_output=True, text=True)
+    figures: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return {f"{key} ({pods} pods)": value for key, value in figures.items()}
+
+
+def _status_bytes(field: str) -> int:
+    """A ``/proc/self/status`` memory figure (``VmRSS``, ``VmHWM``) in bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _reset_peak() -> bool:
+    """Reset ``VmHWM`` to the current RSS (Linux: ``clear_refs`` 5); False where that is not allowed."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def _on_thread(name: str, action: Callable[[], Any]) -> None:
+    thread = threading.Thread(target=action, name=name)
+    thread.start()
+    thread.join()
+
+
 def batch_timed(cache: Any, provisioner: Any) -> tuple[int, float, float]:
     """A batch's work but the solve: its pending pods, wall and CPU seconds (CPU time is what a loaded machine
     leaves comparable)."""
@@ -315,6 +378,8 @@ def offline(pods: int, nodes: int, deployments: int, pending: int, changed: int)
           f"{time.perf_counter() - made:.1f}s", file=sys.stderr)
     pod_bytes, parsed_bytes = (per_pod * pods for per_pod in cluster.memory_per_pod())
     gc.collect()
+    rss = {**resident(20_000, 2_000, deployments), **resident(pods, nodes, deployments)} if pods > 20_000 else \
+        resident(pods, nodes, deployments)
     # time, without tracemalloc, on a cache of its own
     cache = cluster.cache()
     informer = cache.informers["Pod"]
@@ -356,6 +421,7 @@ def offline(pods: int, nodes: int, deployments: int, pending: int, changed: int)
         "json.loads of the pages s": old_decode,
         "cache bytes/pod": pod_bytes / pods, "parsed models bytes/pod": parsed_bytes / pods,
         "memory bytes/pod (target 2048)": (pod_bytes + parsed_bytes) / pods,
+        **rss,
         "first batch s (all parsed)": first_s, "first batch cpu s": first_cpu,
         "watch events": len(lines), "watch events s": events_s, "watch events cpu s": events_cpu,
         "steady batch s": steady_s, "steady batch cpu s": steady_cpu, "steady batch pending pods": steady_pending,
@@ -612,6 +678,10 @@ def live(nodes: int, pods: int, replicas: int, timeout: float) -> dict[str, floa
         out["Events sent"], out["Events dropped (queue full)"] = controller.events.sent, dropped_running
         out["Events given up at stop"] = controller.events.dropped - dropped_running
         out["Events failed"] = controller.events.failed
+        out["Events held back (dedupe)"] = controller.events.suppressed
+        out["Events refused (rate limit)"] = controller.events.rate_limited
+        out["Events aggregated"] = controller.events.aggregated
+        out["Events spam-filtered"] = controller.events.spam_filtered
         print("per batch (before solve s, after solve s): "
               + ", ".join(f"({b:.2f}, {a:.2f})" for b, a in batches), file=sys.stderr)
     load.stop.set()
@@ -639,7 +709,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale-out", type=int, default=1_000)
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--populate", nargs=3, metavar=("KUBECONFIG", "NODES", "PODS"), help=argparse.SUPPRESS)
+    parser.add_argument("--resident", nargs=3, type=int, metavar=("PODS", "NODES", "DEPLOYMENTS"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.resident:
+        print(json.dumps(OfflineCluster(*args.resident).resident_per_pod()))
+        return 0
     if args.populate:
         populate(args.populate[0], int(args.populate[1]), int(args.populate[2]))
         return 0

@@ -158,14 +158,35 @@ _INTERNED = {
 }
 
 
+#: per kind, per-object strings that many objects still repeat, kept once through ``Shared.text``: timestamps
+#: have a resolution of a second, so the pods of one scale-out share a few, and a pod started in the second it
+#: was created holds one string for both
+_REPEATED = {
+    "Pod": (("metadata", "creationTimestamp"), ("status", "startTime")),
+    "Node": (("metadata", "creationTimestamp"),),
+}
+
+
 class Shared:
-    """One object per distinct JSON value, so identical sub-objects of many objects are stored once. Bounded:
-    past ``limit`` distinct values it starts again (sharing is only lost for what is decoded next)."""
+    """One object per distinct JSON value, so identical sub-objects of many objects are stored once; likewise
+    one string per distinct text (``text``). Bounded: past ``limit`` distinct values (or texts) it starts again
+    (sharing is only lost for what is decoded next)."""
 
     def __init__(self, limit: int = 50_000) -> None:
         self._values: dict[bytes, Any] = {}
+        self._texts: dict[str, str] = {}
         self._limit = limit
         self._encode = msgspec.json.Encoder().encode
+
+    def text(self, value: str) -> str:
+        """The string equal to ``value`` handed out first (unlike ``sys.intern``, freed with the table)."""
+        found = self._texts.get(value)
+        if found is not None:
+            return found
+        if len(self._texts) >= self._limit:
+            self._texts.clear()
+        self._texts[value] = value
+        return value
 
     def __call__(self, value: Any) -> Any:
         if not value:
@@ -267,6 +288,10 @@ class Decoder:
             part = obj.get(section)
             if isinstance(part, dict) and isinstance(part.get(field), str):
                 part[field] = sys.intern(part[field])
+        for section, field in _REPEATED.get(self.kind, ()):
+            part = obj.get(section)
+            if isinstance(part, dict) and isinstance(part.get(field), str):
+                part[field] = self._shared.text(part[field])
         spec = obj.get("spec")
         if self.kind == "Pod" and isinstance(spec, dict) and isinstance(spec.get("volumes"), list):
             # only claims matter (volume topology); the projected service-account token and the like do not

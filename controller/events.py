@@ -1,10 +1,22 @@
 """Kubernetes Events (core/v1) for what the controller decides, so ``kubectl describe pod`` shows it.
 
-Deduplicated the way client-go's correlator does it, in spirit: one Event per (object, type, reason, message);
-the same one again within ``dedup_window`` seconds only counts, after that it bumps the stored Event's
-``count`` and ``lastTimestamp`` with one PATCH. Events are best-effort: a writer thread sends them from a
-bounded queue (full → dropped and counted), so a slow API server never stalls a batch; failures are logged.
-Cluster-scoped objects (NodeClaims, NodePools) get their Events in namespace ``default``, as kubectl expects.
+Recorded as Karpenter records them, in two layers:
+
+1. Karpenter's recorder (sigs.k8s.io/karpenter ``pkg/events``): an Event whose reason and dedupe values were
+   seen less than its dedupe timeout ago is dropped; some reasons also pass a token bucket shared by every Event
+   of the reason. ``POLICIES`` holds Karpenter's values for the reasons nodeplan emits as Karpenter does: a pod's
+   ``Nominated`` is keyed by the pod's uid alone (another target within the timeout is the same news) and limited
+   to 5 a second, burst 10, across all pods — one per pod per batch was the bulk of the Events nodeplan wrote.
+   Every other reason is keyed by object, type, reason and message with ``dedup_window`` as its timeout, and a
+   repeat held back is counted into the Event's next ``count``.
+2. client-go's ``EventCorrelator`` (``tools/record/events_cache.go``): the 10th distinct message of one object,
+   type and reason within 10 minutes becomes one aggregate Event, "(combined from similar events): ...", whose
+   ``count`` grows from then on; an Event seen before is a PATCH of its ``count`` and ``lastTimestamp``; a source
+   may send 25 Events about one object, then one every 5 minutes (the spam filter). Caches hold 4,096 keys.
+
+Events are best-effort: a writer thread sends them from a bounded queue (full → dropped and counted), so a slow
+API server never stalls a batch; failures are logged. Cluster-scoped objects (NodeClaims, NodePools) get their
+Events in namespace ``default``, as kubectl expects.
 """
 
 from __future__ import annotations
@@ -26,13 +38,79 @@ log = logging.getLogger(__name__)
 
 NORMAL, WARNING = "Normal", "Warning"
 MAX_MESSAGE = 1024
+#: client-go's correlator: similar Events (one object, type and reason) aggregate from the 10th distinct message
+#: within 10 minutes; a source may send 25 Events about an object, then one per 5 minutes; LRU caches of 4,096 keys
+AGGREGATE_MAX_EVENTS = 10
+AGGREGATE_INTERVAL = 600.0
+AGGREGATE_PREFIX = "(combined from similar events): "
+SPAM_BURST = 25
+SPAM_QPS = 1.0 / 300.0
+CORRELATOR_KEYS = 4096
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How Karpenter's recorder treats the Events of one reason: those with equal ``dedupe`` values (each of
+    "uid" — the involved object —, "type", "message") within ``timeout`` seconds (None: the recorder's
+    ``dedup_window``) are one; ``rate``/``burst``, when set, a token bucket every Event of the reason shares."""
+
+    dedupe: tuple[str, ...] = ("uid", "type", "message")
+    timeout: float | None = None
+    rate: float = 0.0
+    burst: int = 0
+
+
+#: Karpenter's policies (v1.15 ``pkg/controllers/provisioning/scheduling/events.go``,
+#: ``pkg/controllers/disruption/events/events.go``) for the reasons nodeplan emits the way Karpenter does;
+#: the rest keep the default (object, type, reason and message within ``dedup_window``)
+POLICIES: dict[str, Policy] = {
+    # NominatePodEvent: DedupeValues pod UID, the default 2-minute timeout, PodNominationRateLimiter (5/s, 10)
+    "Nominated": Policy(dedupe=("uid",), timeout=120.0, rate=5.0, burst=10),
+    # Blocked: DedupeValues node UID, the default timeout
+    "DisruptionBlocked": Policy(dedupe=("uid",), timeout=120.0),
+}
+
+
+class TokenBucket:
+    """client-go's ``flowcontrol`` token bucket as ``TryAccept`` uses it: starts full (``burst`` tokens), refills
+    ``rate`` a second, an Event takes one or is refused."""
+
+    def __init__(self, rate: float, burst: int, now: float) -> None:
+        self.rate, self.burst = rate, burst
+        self._tokens, self._at = float(burst), now
+
+    def try_accept(self, now: float) -> bool:
+        self._tokens = min(float(self.burst), self._tokens + max(0.0, now - self._at) * self.rate)
+        self._at = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return True
+        return False
 
 
 @dataclass
 class _Entry:
+    """An Event written (client-go's eventLog): its body as last sent and how often it happened."""
+
     body: dict[str, Any]
     count: int
-    last_sent: float
+
+
+@dataclass
+class _Held:
+    """A dedupe key of Karpenter's layer: until when repeats are dropped, and how many were (counted into the
+    next ``count`` when the key names one Event)."""
+
+    until: float
+    held: int = 0
+
+
+@dataclass
+class _Similar:
+    """client-go's aggregateRecord: the distinct messages of one object, type and reason, and when last seen."""
+
+    messages: set[str]
+    last: float
 
 
 @dataclass(frozen=True)
@@ -45,6 +123,20 @@ class _Send:
 
 def _stamp(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _lru_get(cache: OrderedDict[Any, Any], key: Any) -> Any:
+    found = cache.get(key)
+    if found is not None:
+        cache.move_to_end(key)
+    return found
+
+
+def _lru_put(cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > CORRELATOR_KEYS:
+        cache.popitem(last=False)
 
 
 def reference(obj: Mapping[str, Any]) -> dict[str, str]:
@@ -68,13 +160,26 @@ class EventRecorder:
         self.dedup_window = dedup_window
         self._max_keys = max_keys
         self._lock = threading.Lock()
+        #: Karpenter's dedupe cache: (reason, dedupe values) → until when repeats are held back
+        self._held: OrderedDict[tuple[str, ...], _Held] = OrderedDict()
+        #: client-go's correlator caches: Events written, similar Events, per-object spam buckets
         self._seen: OrderedDict[tuple[str, ...], _Entry] = OrderedDict()
+        self._similar: OrderedDict[tuple[str, ...], _Similar] = OrderedDict()
+        self._spam: OrderedDict[tuple[str, ...], TokenBucket] = OrderedDict()
+        self._buckets: dict[str, TokenBucket] = {}
         self._queue: queue.Queue[_Send | None] = queue.Queue(queue_size)
         self._thread: threading.Thread | None = None
         #: set by ``stop`` once its timeout has passed: the writer sends nothing more (the rest is dropped)
         self._abandon = threading.Event()
         self.sent = 0
+        #: held back by the dedupe timeout (Karpenter's layer)
         self.suppressed = 0
+        #: refused by a reason's token bucket (Karpenter's layer)
+        self.rate_limited = 0
+        #: written as part of an aggregate Event (client-go's layer)
+        self.aggregated = 0
+        #: refused by the per-object spam filter (client-go's layer)
+        self.spam_filtered = 0
         self.dropped = 0
         self.failed = 0
         #: called with (event type, reason) for every event recorded (sent or suppressed): the metrics hook
@@ -88,43 +193,95 @@ class EventRecorder:
         self.record(obj, WARNING, reason, message)
 
     def record(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        """Queue an Event about ``obj`` unless the same one was sent less than ``dedup_window`` ago."""
+        """Queue an Event about ``obj`` unless Karpenter's recorder or client-go's correlator would not send it."""
         ref = reference(obj)
         message = message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 3] + "..."
-        key = (ref.get("uid") or f"{ref.get('namespace', '')}/{ref.get('name', '')}", ref.get("kind", ""), type_,
-               reason, message)
+        identity = (ref.get("uid") or f"{ref.get('namespace', '')}/{ref.get('name', '')}", ref.get("kind", ""))
         now = self._clock()
         if self.on_record is not None:
             self.on_record(type_, reason)
+        policy = POLICIES.get(reason, Policy())
         with self._lock:
-            entry = self._seen.get(key)
-            if entry is not None:
-                self._seen.move_to_end(key)
-                entry.count += 1
-                if now - entry.last_sent < self.dedup_window:
-                    self.suppressed += 1
-                    return
-                entry.last_sent = now
-                entry.body = {**entry.body, "count": entry.count, "lastTimestamp": _stamp(now)}
-                send = _Send(False, {"metadata": entry.body["metadata"], "count": entry.count,
-                                     "lastTimestamp": _stamp(now)}, entry.body)
-            else:
-                namespace = ref.get("namespace") or "default"
-                name = f"{ref.get('name', 'object')[:200]}.{uuid.uuid4().hex[:16]}"
-                body = {
-                    "apiVersion": "v1", "kind": "Event", "metadata": {"name": name, "namespace": namespace},
-                    "involvedObject": ref, "type": type_, "reason": reason, "message": message,
-                    "source": {"component": self.component}, "reportingComponent": self.component,
-                    "reportingInstance": self.instance, "firstTimestamp": _stamp(now), "lastTimestamp": _stamp(now),
-                    "count": 1}
-                self._seen[key] = _Entry(body, 1, now)
-                while len(self._seen) > self._max_keys:
-                    self._seen.popitem(last=False)
-                send = _Send(True, body, body)
+            held = self._hold(policy, identity, type_, reason, message, now)
+            if held is None:
+                return
+            send = self._correlate(ref, identity, type_, reason, message, now, 1 + held)
+        if send is None:
+            return
         try:
             self._queue.put_nowait(send)
         except queue.Full:
             self.dropped += 1
+
+    def _hold(self, policy: Policy, identity: tuple[str, str], type_: str, reason: str, message: str,
+              now: float) -> int | None:
+        """Karpenter's layer: None when the Event is dropped (a repeat within its dedupe timeout, or refused by
+        its reason's bucket), else how many repeats were held back since (counted only when the key names one
+        Event: it includes the message). The caller holds the lock."""
+        values = {"uid": identity, "type": (type_,), "message": (message,)}
+        key = (reason.lower(), *(v for name in policy.dedupe for v in values[name]))
+        entry = self._held.get(key)
+        if entry is not None and now < entry.until:
+            self._held.move_to_end(key)
+            entry.held += 1
+            self.suppressed += 1
+            return None
+        timeout = self.dedup_window if policy.timeout is None else policy.timeout
+        self._held[key] = _Held(now + timeout)
+        self._held.move_to_end(key)
+        while len(self._held) > self._max_keys:
+            self._held.popitem(last=False)
+        if policy.rate > 0:  # after the dedupe, as Karpenter's publishEvent: a refused Event's key stays held
+            bucket = self._buckets.get(reason)
+            if bucket is None:
+                bucket = self._buckets[reason] = TokenBucket(policy.rate, policy.burst, now)
+            if not bucket.try_accept(now):
+                self.rate_limited += 1
+                return None
+        return entry.held if entry is not None and "message" in policy.dedupe else 0
+
+    def _correlate(self, ref: dict[str, str], identity: tuple[str, str], type_: str, reason: str, message: str,
+                   now: float, occurrences: int) -> _Send | None:
+        """client-go's EventCorrelate: aggregate, then count (a PATCH of an Event seen before), then the spam
+        filter. The caller holds the lock."""
+        similar_key = (*identity, type_, reason)
+        similar = _lru_get(self._similar, similar_key)
+        if similar is None or now - similar.last > AGGREGATE_INTERVAL:
+            similar = _Similar(set(), now)
+        similar.messages.add(message)
+        similar.last = now
+        _lru_put(self._similar, similar_key, similar)
+        key: tuple[str, ...] = (*similar_key, message)
+        if len(similar.messages) >= AGGREGATE_MAX_EVENTS:
+            similar.messages.pop()  # the set grows no larger than the maximum
+            message, key = AGGREGATE_PREFIX + message, similar_key
+            self.aggregated += 1
+        entry = _lru_get(self._seen, key)
+        if entry is not None:
+            entry.count += occurrences
+            entry.body = {**entry.body, "count": entry.count, "lastTimestamp": _stamp(now), "message": message}
+            send = _Send(False, {"metadata": entry.body["metadata"], "count": entry.count,
+                                 "lastTimestamp": _stamp(now), "message": message}, entry.body)
+        else:
+            namespace = ref.get("namespace") or "default"
+            name = f"{ref.get('name', 'object')[:200]}.{uuid.uuid4().hex[:16]}"
+            body = {
+                "apiVersion": "v1", "kind": "Event", "metadata": {"name": name, "namespace": namespace},
+                "involvedObject": ref, "type": type_, "reason": reason, "message": message,
+                "source": {"component": self.component}, "reportingComponent": self.component,
+                "reportingInstance": self.instance, "firstTimestamp": _stamp(now), "lastTimestamp": _stamp(now),
+                "count": occurrences}
+            entry = _Entry(body, occurrences)
+            send = _Send(True, body, body)
+        _lru_put(self._seen, key, entry)
+        spam = _lru_get(self._spam, identity)
+        if spam is None:
+            spam = TokenBucket(SPAM_QPS, SPAM_BURST, now)
+        _lru_put(self._spam, identity, spam)
+        if not spam.try_accept(now):
+            self.spam_filtered += 1
+            return None
+        return send
 
     # -- sending -----------------------------------------------------------------------------------------
     def start(self) -> None:

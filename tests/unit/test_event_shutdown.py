@@ -35,7 +35,8 @@ def test_stop_gives_up_the_backlog_after_its_timeout() -> None:
     events._core = slow  # type: ignore[assignment]
     events.start()
     for i in range(200):  # 4 s of writes queued
-        events.normal(pod(i), "Nominated", "Pod should schedule on: nodeclaim/default-abc")
+        # a reason without a token bucket (Nominated's lets 10 through, then 5 a second)
+        events.warning(pod(i), "FailedScheduling", "Failed to schedule pod: NodePool default limit cpu=64 reached")
     started = time.monotonic()
     events.stop(timeout=0.3)
     assert time.monotonic() - started < 1.0
@@ -52,6 +53,7 @@ def test_stop_sends_a_short_backlog_in_full() -> None:
     events._core = slow  # type: ignore[assignment]
     events.start()
     for i in range(20):
-        events.normal(pod(i), "Nominated", "Pod should schedule on: nodeclaim/default-abc")
+        # a reason without a token bucket (Nominated's lets 10 through, then 5 a second)
+        events.warning(pod(i), "FailedScheduling", "Failed to schedule pod: NodePool default limit cpu=64 reached")
     events.stop(timeout=5.0)
     assert len(slow.created) == 20 and events.sent == 20 and events.dropped == 0
