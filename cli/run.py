@@ -151,6 +151,9 @@ def run_cmd(
     shadow_record: Annotated[Path | None, typer.Option("--shadow-record", help="Append every shadow comparison "
                                                        "to this JSON-lines file (read by nodeplan "
                                                        "shadow-report).")] = None,
+    record_batches: Annotated[Path | None, typer.Option("--record-batches", help="Write each batch's snapshot "
+                                                        "to this directory as batch-NNNNN.json (replay: nodeplan "
+                                                        "solve FILE --catalog ...).")] = None,
     shadow_settle_timeout: Annotated[float, typer.Option(
         "--shadow-settle-timeout", parser=Duration(1.0), metavar="DURATION", show_default="10m",
         help="Compare a shadow batch after this long even if not all its pods are bound (the unbound ones "
@@ -226,7 +229,8 @@ def run_cmd(
     configure_logging(log_level, log_format=log_format)
     options = ControllerOptions(batch_idle=batch_idle, batch_max=batch_max, provisioner=ProvisionerOptions(
         solve_time_limit=solve_time_limit, decision_gap=decision_gap, bind_grace=bind_grace, workers=solver_workers,
-        preference_policy=preference_policy, preference_price=preference_price, dra=use_dra),
+        preference_policy=preference_policy, preference_price=preference_price, dra=use_dra,
+        record_batches=record_batches),
         metrics_port=metrics_port,
         health_port=health_port, bind_address=bind_address, leader_elect=elect, lease_namespace=namespace,
         lease_name=leader_election_name, disruption=DisruptionOptions(

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any, cast
 
 from kubernetes import client
@@ -288,6 +289,8 @@ class ProvisionerOptions:
     #: Dynamic Resource Allocation (``nodeplan run --dra/--no-dra``): off, pods with resource claims are left
     #: to other provisioners (Karpenter's ``--ignore-dra-requests``) and the DRA kinds are not read
     dra: bool = True
+    #: write each batch's snapshot here (``nodeplan run --record-batches``), for ``nodeplan solve`` to replay
+    record_batches: Path | None = None
 
 
 #: why a pod with claims is not provisioned for while DRA is off (the FailedScheduling Event's text)
@@ -319,6 +322,7 @@ class Provisioner:
         self._cache = cache
         self._catalog = tuple(catalog)
         self._options = options
+        self._recorded = 0
         self._clock = clock
         self.history: list[BatchRecord] = []
         self._warned_dra = False
@@ -374,6 +378,18 @@ class Provisioner:
         return [*self.valid_nodepools(), *nodes, *claims, *passed, *pods]
 
     # -- one batch -------------------------------------------------------------------------------------
+    def _record(self, objects: Sequence[dict[str, Any]]) -> None:
+        """Write the batch's snapshot objects as one v1 List (the catalog is the controller's ``--catalog``);
+        a write that fails is logged, never the batch's end."""
+        assert self._options.record_batches is not None
+        self._recorded += 1
+        path = self._options.record_batches / f"batch-{self._recorded:05d}.json"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}))
+        except OSError as err:
+            log.warning(f"could not record the batch: {err}", path=str(path))
+
     def plan(self, batch: Mapping[str, dict[str, Any]], objects: Sequence[dict[str, Any]] | None = None
              ) -> tuple[BatchRecord, list[dict[str, Any]]]:
         """Solve one batch and name its NodeClaims; writes nothing (shadow mode stops here). Returns the record
@@ -388,6 +404,8 @@ class Provisioner:
             if objects is not None:
                 objects = [o for o in objects if o.get("kind") != "Pod" or pod_key(o) not in ignored]
         objects = self.snapshot_objects(batch) if objects is None else objects
+        if self._options.record_batches is not None:
+            self._record(objects)
         snapshot = self._cache.snapshot(objects).with_catalog(catalog)
         result = solve(snapshot, SolveOptions(time_limit=self._options.solve_time_limit, seed=self._options.seed,
                                               workers=self._options.workers,

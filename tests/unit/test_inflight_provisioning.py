@@ -142,3 +142,23 @@ def test_pods_planned_onto_a_running_node_are_annotated_and_nominated() -> None:
     assert patched[0][1] == {"metadata": {"annotations": {"nodeplan.io/placed": "running"}}}
     # the node exists: the placement is also their nomination (KEP-5278)
     assert sorted(nominated) == [("old-0", "running"), ("old-1", "running")]
+
+
+def test_a_recorded_batch_replays_to_the_same_plan(tmp_path: Any) -> None:
+    """``--record-batches``: the snapshot the solver saw, written as a v1 List, solves again to the same plan
+    (in-flight claim and its planned pods included)."""
+    from model.snapshot import parse_objects
+    from solver.provision import SolveOptions, solve
+    provisioner, cache, _ = setup()
+    provisioner._options = ProvisionerOptions(solve_time_limit=2.0, workers=1, record_batches=tmp_path)
+    cache.upsert("Pod", pending("new-0", "3"))
+    record, _ = provisioner.plan(provisioner.pending())
+    files = sorted(tmp_path.glob("batch-*.json"))
+    assert [f.name for f in files] == ["batch-00001.json"]
+    document = json.loads(files[0].read_text())
+    assert document["kind"] == "List" and record.plan.node_claims
+    replayed = solve(parse_objects(document["items"], source=str(files[0])).with_catalog(kwok_catalog()),
+                     SolveOptions(time_limit=2.0, workers=1)).plan
+    assert [(c.instance_type, c.pods) for c in replayed.node_claims] == \
+        [(c.instance_type, c.pods) for c in record.plan.node_claims]
+    assert replayed.existing_nodes == record.plan.existing_nodes
