@@ -1,5 +1,7 @@
-"""NodeClaim lifecycle: Launched (the provider created the instance), Registered (its Node joined: labels
-synced, ``karpenter.sh/unregistered`` taint removed), Initialized (Node Ready, startup taints gone).
+"""NodeClaim lifecycle: Launched (the provider created the instance), Registered (its Node joined and is Ready:
+its pending pods nominated to it, labels synced, ``karpenter.sh/unregistered`` taint removed), Initialized (Node
+Ready, startup taints gone). Nominations (KEP-5278) are written right before the untaint, once the pods are quiet,
+and put back while the pod is pending and the node still has room for it (``Lifecycle._settle_nominations``).
 
 Each step reads the cache, does one idempotent write, and records the condition in the NodeClaim's status
 subresource; the next cache event moves the claim on. A crash between steps repeats at most one write.
@@ -12,6 +14,7 @@ that registers with the claim's ``providerID`` is then linked to it (Karpenter m
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -29,7 +32,9 @@ from controller.offerings import UnavailableOfferings
 from controller.provisioner import PODS_ANNOTATION, may_nominate, nominate, planned_nodes
 from controller.termination import Terminator, claim_node_name
 from model import labels as wk
+from model.errors import InputError
 from model.nodepool import NodeClaim
+from model.resources import Resources
 from providers.fallbacks import planned_offering
 from providers.protocol import CloudProvider, InsufficientCapacityError, NodeClassNotReadyError
 
@@ -57,6 +62,13 @@ class Lifecycle:
         self.unavailable = unavailable or UnavailableOfferings()
         self._unbound: dict[str, dict[str, Any]] = {}
         self._planned: dict[str, set[str]] = {}
+        #: node → room left for pods nominated to it from now on (built when first needed in a pass)
+        self._room: dict[str, Resources] | None = None
+        #: pod UID → when nodeplan wrote its nomination (monotonic) and the pod's resourceVersion then: until the
+        #: watch shows a newer version of the pod the nomination is not written again
+        self._written: dict[str, tuple[float, str]] = {}
+        #: pod UID → when the API server refused its nomination (409: the kube-scheduler owns the field)
+        self._refused: dict[str, float] = {}
         self._registration_ready = True
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
@@ -82,12 +94,12 @@ class Lifecycle:
                     c, nodes.get(claim_node_name(c))))
         # Register together: every node that turns schedulable makes the scheduler retry *every* pending pod,
         # and a retry against a node still tainted or not Ready drops that pod's nomination. So wait until each
-        # launched claim's Node is here and Ready, nominate all their pods, then untaint them in one go.
+        # launched claim's Node is here and Ready, nominate all their pods once the scheduler has stopped retrying
+        # them, then untaint them in one go.
         launched = [c for c in claims if _true(c, "Launched") and not _true(c, "Registered")]
         self._registration_ready = self._may_register(claims, launched, nodes)
         if self.nominate and self._registration_ready:
-            for raw in launched:
-                self._nominate(raw, str((raw.get("status") or {}).get("nodeName")))
+            self._settle_nominations([c for c in launched if claim_node_name(c) in nodes])
         registered = self._register_concurrently(launched, nodes) if self._registration_ready else set()
         writes += len(registered)
         for raw in claims:
@@ -100,6 +112,11 @@ class Lifecycle:
         self._unbound = {(p.get("metadata") or {}).get("uid", ""): p for p in self._cache.items("Pod")
                          if not (p.get("spec") or {}).get("nodeName")}
         self._planned = planned_nodes(self._cache.items("NodeClaim"))
+        self._room = None
+        now = time.monotonic()
+        self._written = {uid: (t, version) for uid, (t, version) in self._written.items()
+                         if now - t < REWRITE_AFTER_SECONDS and self._version(uid) == version}
+        self._refused = {uid: t for uid, t in self._refused.items() if now - t < REFUSED_FOR_SECONDS}
 
     def unfinished(self) -> int:
         """NodeClaims still moving: not yet initialized, or terminating (the lifecycle's queue depth)."""
@@ -175,9 +192,9 @@ class Lifecycle:
         if not _true(raw, "Registered"):
             return self._register(raw, node) if self._registration_ready else 0
         if self.nominate and self._reserving(raw):
-            # the scheduler drops a nomination it could not use (e.g. it tried while the node was still
-            # tainted); putting it back is a no-op for pods that kept theirs
-            self._nominate(raw, name)
+            # the scheduler drops a nomination in any failed cycle (e.g. one it tried while another node turned
+            # schedulable first); put it back while the node still has room for the pod, so the room stays kept
+            self._nominate(raw, str(node["metadata"]["name"]), room=True)
         if not _true(raw, "Initialized") and _node_ready(node) and not self._startup_taints_left(raw, node):
             self._patch_node_labels(node, {wk.INITIALIZED: "true"})
             self._set_status(raw, {"conditions": _with_initialized(raw)})
@@ -228,29 +245,129 @@ class Lifecycle:
                  provider_id=status.provider_id, instance_type=result.metadata.labels.get(wk.INSTANCE_TYPE, ""))
         return 1
 
-    def _nominate(self, raw: Mapping[str, Any], node: str) -> None:
+    def _settle_nominations(self, joining: list[dict[str, Any]]) -> None:
+        """Nominate the pending pods of every claim about to register to its node, right before the untaint, so
+        that the cycles the untaint starts see every planned pod nominated: it is tried on its node first, and
+        other pods of equal or lower priority find its room taken. kube-scheduler 1.36.3 clears a pod's nomination
+        in every failed cycle (preemption finds no candidate) and each clear, like every change of a nomination,
+        requeues every pending pod, which fail again while the nodes are tainted and lose theirs too; so the time
+        between the first nomination and the untaint is kept short, and starts only once the pods have been quiet
+        (no change seen through the watch for ``NOMINATION_QUIET_SECONDS``, at most ``NOMINATION_QUIET_WAIT``):
+        the scheduler is then no longer retrying them after the nodes were added. The untaint waits (at most
+        ``NOMINATION_SEEN_WAIT``) until the watch shows the nominations — the scheduler's informer sees them about
+        as soon — and what was cleared meanwhile is written once more."""
+        uids = [uid for raw in joining for uid in _pod_uids(raw)]
+        if not any(uid in self._unbound for uid in uids):
+            return
+        started = last_change = time.monotonic()
+        versions = {uid: self._version(uid) for uid in uids}
+        while time.monotonic() - last_change < NOMINATION_QUIET_SECONDS:
+            if time.monotonic() - started >= NOMINATION_QUIET_WAIT:
+                break
+            self._cache.wait_for_change(self._cache.generation, 0.05)
+            self._refresh()
+            now_versions = {uid: self._version(uid) for uid in uids}
+            if now_versions != versions:
+                versions, last_change = now_versions, time.monotonic()
+        quiet = time.monotonic()
+        # last-updated first: among pods of equal priority the scheduler retries first the one whose last attempt
+        # failed earliest (its queue orders by that time), and a failed attempt is the pod's last update here; so
+        # if a clear requeues them all, those it reaches first were nominated last and spent the least time exposed
+        wanted = [item for raw in joining for item in self._wanted(raw, claim_node_name(raw))]
+        wanted.sort(key=lambda item: _resource_version(item[1]), reverse=True)
+        written = self._write(wanted)
+        self._refresh()
+        while self._unseen(joining) and time.monotonic() - quiet < NOMINATION_SEEN_WAIT:
+            self._cache.wait_for_change(self._cache.generation, 0.02)
+            self._refresh()
+        again = self._write([item for raw in joining for item in self._wanted(raw, claim_node_name(raw))])
+        log.info(f"nominated {written} pending pod(s) ({again} again) {quiet - started:.2f}s after the pods were "
+                 f"quiet{'' if quiet - started < NOMINATION_QUIET_WAIT else ' (not quiet: waited enough)'}, "
+                 f"untainting {time.monotonic() - quiet:.2f}s later", nodeclaims=len(joining))
+
+    def _version(self, uid: str) -> str:
+        """The resourceVersion of pending pod ``uid`` as the cache holds it ("" once bound or gone)."""
+        pod = self._unbound.get(uid)
+        return str((pod.get("metadata") or {}).get("resourceVersion")) if pod is not None else ""
+
+    def _unseen(self, joining: list[dict[str, Any]]) -> int:
+        """Planned pods of ``joining`` whose nomination was written and not yet seen through the watch."""
+        return sum(1 for raw in joining for uid in _pod_uids(raw) if uid in self._written)
+
+    def _nominate(self, raw: Mapping[str, Any], node: str, *, room: bool = False) -> int:
         """Set ``status.nominatedNodeName`` of the claim's still-pending pods to its node: the scheduler tries a
         pod's nominated node first and keeps room for nominated pods when placing others of equal or lower
-        priority, so pods land where the plan packed them. Only once the Node exists and is Ready: kube-scheduler
-        1.36.3 still clears a nomination in a failed cycle where preemption finds no candidate (KEP-5278's "the
-        scheduler never clears it" is not in that release), e.g. one tried while the node is still tainted.
-        As KEP-5278 asks of external components, a nomination is set only where none is, or where nodeplan put
-        it (``controller.provisioner.may_nominate``), by server-side apply of that one field (``nominate``)."""
+        priority, so pods land where the plan packed them. ``room``: only where the node still has room for the
+        pod (bound pods and other nominations counted): a nomination put back onto a node whose room went to
+        other pods would only be tried, failed and cleared again. Returns how many were written."""
+        return self._write(self._wanted(raw, node, room=room))
+
+    def _wanted(self, raw: Mapping[str, Any], node: str, *, room: bool = False
+                ) -> list[tuple[str, Mapping[str, Any], str]]:
+        """(uid, pod, node) for the claim's pending pods to nominate to ``node``. As KEP-5278 asks of external
+        components, only where no nomination is, or where nodeplan put it (``controller.provisioner.may_nominate``);
+        not one written less than ``REWRITE_AFTER_SECONDS`` ago that the watch does not show yet, nor one the API
+        server refused (the kube-scheduler owns it)."""
+        pods: list[tuple[str, Mapping[str, Any], str]] = [(uid, p, node) for uid in _pod_uids(raw)
+                if (p := self._unbound.get(uid)) is not None and uid not in self._written and uid not in self._refused
+                and may_nominate(p, node, self._planned.get(uid, ()))]
+        return [item for item in pods if self._take_room(node, item[1])] if room else pods
+
+    def _write(self, items: list[tuple[str, Mapping[str, Any], str]]) -> int:
+        """Nominate each pod to its node by server-side apply of that one field (``nominate``), concurrently;
+        returns how many were written."""
+        if not items:
+            return 0
+
+        def write(item: tuple[str, Mapping[str, Any], str]) -> bool:
+            return nominate(self._core, item[1], item[2], self._planned.get(item[0], ()))
+
+        now = time.monotonic()
+        with ThreadPoolExecutor(max_workers=min(NOMINATION_WRITERS, len(items))) as pool:
+            done = list(pool.map(write, items))
+        for (uid, _, _), ok in zip(items, done, strict=True):
+            if ok:
+                self._written[uid] = (now, self._version(uid))
+            else:
+                self._refused[uid] = now
+        nodes = sorted({node for _, _, node in items})
+        log.info(f"nominated {sum(done)} of {len(items)} pending pod(s)", node=",".join(nodes[:5]))
+        return sum(done)
+
+    def _take_room(self, node: str, pod: Mapping[str, Any]) -> bool:
+        """Does ``pod`` still fit on ``node`` beside the pods bound to it and the pods nominated to it? If so its
+        requests are taken from the room left."""
+        if self._room is None:
+            self._room = self._rooms()
+        left = self._room.get(node)
+        requests = self._requests(pod)
+        if left is None or requests is None or not requests.fits_in(left):
+            return False
+        self._room[node] = left - requests
+        return True
+
+    def _rooms(self) -> dict[str, Resources]:
+        """Node → allocatable less the requests of the pods bound to it and of the pending pods nominated to it."""
+        room: dict[str, Resources] = {}
+        for raw in self._cache.items("Node"):
+            try:
+                room[str(raw["metadata"]["name"])] = self._cache.parsed(raw).allocatable
+            except (InputError, KeyError):
+                continue
+        for pod in self._cache.items("Pod"):
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            node = str((pod.get("spec") or {}).get("nodeName") or (pod.get("status") or {}).get("nominatedNodeName"))
+            requests = self._requests(pod) if node in room else None
+            if requests is not None:
+                room[node] = room[node] - requests
+        return room
+
+    def _requests(self, pod: Mapping[str, Any]) -> Resources | None:
         try:
-            uids = set(json.loads(((raw.get("metadata") or {}).get("annotations") or {}).get(PODS_ANNOTATION) or "[]"))
-        except json.JSONDecodeError:
-            return
-        candidates = ((uid, self._unbound.get(uid)) for uid in uids)
-        pods = [(uid, p) for uid, p in candidates
-                if p is not None and may_nominate(p, node, self._planned.get(uid, ()))]
-
-        def write(item: tuple[str, Mapping[str, Any]]) -> bool:
-            return nominate(self._core, item[1], node, self._planned.get(item[0], ()))
-
-        if pods:
-            with ThreadPoolExecutor(max_workers=8) as pool:
-                done = sum(pool.map(write, pods))
-            log.info(f"nominated {done} of {len(pods)} pending pod(s)", **claim_fields(raw), node=node)
+            return cast(Resources, self._cache.parsed(pod).requests)
+        except InputError:
+            return None
 
     def _reserving(self, raw: Mapping[str, Any]) -> bool:
         """Registered, and not initialized longer than ``bind_grace`` ago: its pods are still expected."""
@@ -296,6 +413,36 @@ def _with_initialized(raw: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 #: a claim whose Node has not appeared this long after launch no longer holds the others' registration back
 REGISTRATION_BARRIER_SECONDS = 30.0
+#: registration nominates the joining Nodes' pods once none of them changed for this long (the scheduler has
+#: stopped retrying them) ...
+NOMINATION_QUIET_SECONDS = 0.5
+#: ... or after this long at most
+NOMINATION_QUIET_WAIT = 3.0
+#: the untaint waits at most this long for the watch to show the nominations
+NOMINATION_SEEN_WAIT = 1.0
+#: a nomination written this recently is not written again unless the watch showed the pod changed since
+REWRITE_AFTER_SECONDS = 2.0
+#: a nomination the API server refused is not tried again for this long
+REFUSED_FOR_SECONDS = 5.0
+#: concurrent nomination writes (each one request; the client's rate limiter still applies)
+NOMINATION_WRITERS = 16
+
+
+def _resource_version(obj: Mapping[str, Any]) -> int:
+    """The object's resourceVersion as a number (etcd's revision: later writes have larger ones), 0 if none."""
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+def _pod_uids(raw: Mapping[str, Any]) -> list[str]:
+    """The UIDs of the pods a NodeClaim was planned for (``nodeplan.io/pods``); none when unreadable."""
+    try:
+        uids = json.loads(((raw.get("metadata") or {}).get("annotations") or {}).get(PODS_ANNOTATION) or "[]")
+    except json.JSONDecodeError:
+        return []
+    return [str(uid) for uid in uids] if isinstance(uids, list) else []
 
 
 def _age(raw: Mapping[str, Any], kind: str) -> float:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from controller.cache import ClusterCache, Resource
@@ -17,14 +19,30 @@ READY = {"conditions": [{"type": "Ready", "status": "True"}]}
 
 
 class Recorder:
-    def __init__(self) -> None:
+    """The API server as the lifecycle writes to it. A nomination is seen in ``cache`` as the watch would show it;
+    ``clears``: pods whose next nominations the kube-scheduler clears again at once (a failed scheduling cycle),
+    each as many times as listed."""
+
+    def __init__(self, cache: ClusterCache | None = None) -> None:
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        self.cache = cache
+        self.clears: dict[str, int] = {}
 
     def patch_node(self, name: str, body: Any) -> None:
         self.calls.append(("patch_node", (name, body)))
 
     def patch_namespaced_pod_status(self, name: str, namespace: str, body: Any, **apply: Any) -> None:
         self.calls.append(("nominate", (namespace, name, body["status"]["nominatedNodeName"])))
+        if self.cache is None:
+            return
+        pod = next(p for p in self.cache.items("Pod") if p["metadata"]["name"] == name)
+        nominated = body["status"]["nominatedNodeName"]
+        if self.clears.get(name):
+            self.clears[name] -= 1
+            nominated = ""
+        rv = str(int(pod["metadata"]["resourceVersion"]) + 1)
+        self.cache.upsert("Pod", {**pod, "metadata": {**pod["metadata"], "resourceVersion": rv},
+                                  "status": {**pod["status"], "nominatedNodeName": nominated}})
 
     def patch_cluster_custom_object_status(self, group: str, version: str, plural: str, name: str, body: Any
                                            ) -> dict[str, Any]:
@@ -42,7 +60,7 @@ class FakeLauncher:
 def setup() -> tuple[Lifecycle, ClusterCache, Recorder]:
     cache = ClusterCache({kind: Resource(kind, "v1", lambda **kw: None) for kind in ("Pod", "Node", "NodeClaim")})
     lifecycle = Lifecycle(client.ApiClient(), cache, FakeLauncher(), bind_grace=15)
-    recorder = Recorder()
+    recorder = Recorder(cache)
     lifecycle._core = recorder  # type: ignore[assignment]
     lifecycle._custom = recorder  # type: ignore[assignment]
     cache.upsert("NodeClaim", {"metadata": {"name": "c1", "uid": "c1-uid", "resourceVersion": "1",
@@ -142,3 +160,100 @@ def test_registration_waits_for_a_claim_about_to_launch() -> None:
                           "status": READY})
     assert lifecycle.reconcile_all() == 2  # both registered, together
     assert sorted(args[0] for kind, args in recorder.calls if kind == "patch_node") == ["c1", "c2"]
+
+
+def launched_and_ready(allocatable: str = "3900m") -> tuple[Lifecycle, ClusterCache, Recorder]:
+    """c1 launched, its Node joined (tainted) and Ready; its pods u1, u2 (1 CPU each) pending and not nominated."""
+    lifecycle, cache, recorder = setup()
+    for uid in ("u1", "u2"):
+        cache.upsert("Pod", {"metadata": {"name": uid, "namespace": "ns", "uid": uid, "resourceVersion": "1"},
+                             "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+                             "status": {"phase": "Pending"}})
+    lifecycle.reconcile_all()
+    cache.upsert("Node", {"metadata": {"name": "c1", "resourceVersion": "3", "labels": {}},
+                          "spec": {"taints": [{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]},
+                          "status": {**READY, "allocatable": {"cpu": allocatable, "memory": "8Gi", "pods": "110"}}})
+    recorder.calls.clear()
+    return lifecycle, cache, recorder
+
+
+def test_nominations_wait_for_quiet_pods_and_are_seen_before_the_node_is_untainted() -> None:
+    """kube-scheduler 1.36.3 clears a pod's nomination in a failed scheduling cycle (preemption finds no
+    candidate: pkg/scheduler/framework/preemption/preemption.go) and each clear requeues every pending pod. So the
+    pods are nominated only once they have been quiet (the scheduler is not retrying them), the untaint waits
+    until the watch shows the nominations, and one the scheduler cleared meanwhile is written once more."""
+    from controller.lifecycle import NOMINATION_QUIET_SECONDS
+
+    lifecycle, cache, recorder = launched_and_ready()
+    recorder.clears["u1"] = 1
+    started = time.monotonic()
+    assert lifecycle.reconcile_all() == 1
+    kinds = [(kind, args[1] if kind == "nominate" else args[0]) for kind, args in recorder.calls]
+    assert kinds.count(("nominate", "u1")) == 2 and kinds.count(("nominate", "u2")) == 1
+    assert kinds.index(("patch_node", "c1")) > max(i for i, k in enumerate(kinds) if k[0] == "nominate")
+    assert time.monotonic() - started >= NOMINATION_QUIET_SECONDS
+    pods = {p["metadata"]["name"]: p for p in cache.items("Pod")}
+    assert {name: p["status"]["nominatedNodeName"] for name, p in pods.items()} == {"u1": "c1", "u2": "c1"}
+
+
+def test_registration_waits_a_bounded_time_for_nominations() -> None:
+    """Pods that keep changing and a scheduler that clears every nomination hold the registration back for a
+    bounded time only: the node is untainted (nothing livelocks on the scheduler's behaviour)."""
+    import threading
+
+    from controller.lifecycle import NOMINATION_QUIET_WAIT, NOMINATION_SEEN_WAIT
+
+    lifecycle, cache, recorder = launched_and_ready()
+    recorder.clears["u1"] = 10_000
+    stop = threading.Event()
+
+    def churn() -> None:  # the scheduler updating u2's status over and over
+        while not stop.wait(0.1):
+            u2 = next(p for p in cache.items("Pod") if p["metadata"]["name"] == "u2")
+            version = str(int(u2["metadata"]["resourceVersion"]) + 1)
+            cache.upsert("Pod", {**u2, "metadata": {**u2["metadata"], "resourceVersion": version}})
+
+    thread = threading.Thread(target=churn, daemon=True)
+    thread.start()
+    started = time.monotonic()
+    try:
+        assert lifecycle.reconcile_all() == 1
+    finally:
+        stop.set()
+        thread.join()
+    assert time.monotonic() - started < NOMINATION_QUIET_WAIT + NOMINATION_SEEN_WAIT + 1.0
+    assert ("patch_node", "c1") in [(kind, args[0]) for kind, args in recorder.calls]
+
+
+def test_a_cleared_nomination_is_put_back_only_where_the_pod_still_fits() -> None:
+    """After registration the scheduler may clear a nomination (it tried the pod while another node was still
+    tainted); nodeplan puts it back while the node has room for the pod. Where another pod took that room,
+    the nomination would only be tried and cleared again, so it is not written."""
+    for allocatable, expected in (("3900m", ["u1"]), ("2500m", [])):
+        lifecycle, cache, recorder = launched_and_ready(allocatable)
+        assert lifecycle.reconcile_all() == 1  # nominated and registered
+        cache.upsert("Node", {**cache.items("Node")[0], "spec": {"taints": []}})
+        cache.upsert("Pod", {"metadata": {"name": "other", "namespace": "ns", "uid": "other", "resourceVersion": "1"},
+                             "spec": {"nodeName": "c1", "containers": [
+                                 {"name": "c", "resources": {"requests": {"cpu": "1500m"}}}]},
+                             "status": {"phase": "Running"}})
+        u1 = next(p for p in cache.items("Pod") if p["metadata"]["name"] == "u1")
+        cache.upsert("Pod", {**u1, "metadata": {**u1["metadata"], "resourceVersion": "10"},
+                             "status": {"phase": "Pending"}})  # cleared by the scheduler
+        recorder.calls.clear()
+        lifecycle.reconcile_all()
+        assert [args[1] for kind, args in recorder.calls if kind == "nominate"] == expected, allocatable
+
+
+def test_the_pods_the_scheduler_retries_first_are_nominated_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scheduler's queue orders pods of equal priority by the time of their last failed attempt
+    (pkg/scheduler/framework/plugins/queuesort: PrioritySort.Less), which is the pod's last update: the pod
+    updated longest ago is retried first after a requeue, so it is nominated last and is exposed the least."""
+    import controller.lifecycle as lifecycle_module
+
+    monkeypatch.setattr(lifecycle_module, "NOMINATION_WRITERS", 1)  # one writer: the calls come in their order
+    lifecycle, cache, recorder = launched_and_ready()
+    u1 = next(p for p in cache.items("Pod") if p["metadata"]["name"] == "u1")
+    cache.upsert("Pod", {**u1, "metadata": {**u1["metadata"], "resourceVersion": "9"}})  # failed more recently
+    lifecycle.reconcile_all()
+    assert [args[1] for kind, args in recorder.calls if kind == "nominate"] == ["u1", "u2"]

@@ -117,7 +117,7 @@ class Pods:
         pass
 
     def patch_namespaced_pod_status(self, name: str, namespace: str, body: Any, field_manager: str = "",
-                                    _content_type: str = "") -> None:
+                                    _content_type: str = "", _preload_content: bool = True) -> None:
         assert _content_type == "application/apply-patch+yaml" and field_manager  # server-side apply
         value = body["status"]["nominatedNodeName"]
         if self.scheduler_nominated and self.scheduler_nominated != value:
