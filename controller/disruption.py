@@ -5,8 +5,9 @@ placed, no NodeClaim launching or terminating: one action at a time, as Karpente
 
 1. snapshot (the provisioner's view plus PodDisruptionBudgets) → ``consolidate`` within ``time_limit``;
 2. if the plan removes nodes, wait ``validation_wait`` (Karpenter: 15 s) and re-check the decision against
-   fresh state: every removed node still a candidate for the same reason with the same pods, every node that
-   receives pods unchanged, the pools' budgets and the PDBs' allowances still covering it. Otherwise abandon;
+   fresh state: every removed node still a candidate for the same reason, no pod arrived on it or on a node
+   that receives pods (pods that left only ask less: a scale-down still finishing), the pools' budgets and
+   the PDBs' allowances still covering it. Otherwise abandon;
 3. taint the candidates ``karpenter.sh/disrupted:NoSchedule``; create the replacement NodeClaims (the
    provisioner's body, names derived from the decision) and wait until they are Initialized;
 4. delete the candidates' NodeClaims: their finalizer drains each node through the Eviction API, PDB refusals
@@ -223,10 +224,12 @@ def still_valid(decision: Decision, state: ClusterState) -> str:
         if node.reason != removal.reason:
             return f"node {removal.node} is now {node.reason}, was {removal.reason}"
         removed.append(node)
+    # a pod that left (a scale-down finishing) asks less of the decision: one fewer eviction, more room where
+    # pods move; only a pod that arrived on a node the decision removes or fills can break it
     now = pods_by_node(state)
     for name, pods in decision.pods.items():
-        if now.get(name, frozenset()) != pods:
-            return f"the pods on node {name} changed"
+        if not now.get(name, frozenset()) <= pods:
+            return f"the pods on node {name} changed: {len(now.get(name, frozenset()) - pods)} arrived"
     for excess in state.excesses(removed):
         if excess.limit is not None:
             return (f"NodePool {excess.name} budget now allows {excess.allowed} disruption(s), the decision needs "

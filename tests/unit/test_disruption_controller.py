@@ -283,6 +283,24 @@ def test_an_unrelated_change_does_not_abandon_the_decision() -> None:
     assert d.step().outcome == "disrupted"
 
 
+def test_pods_that_leave_during_the_validation_wait_do_not_abandon_the_decision() -> None:
+    """A scale-down still finishing deletes pods under the decision: one fewer eviction on the removed node and
+    more room on the receiving one only ask less of it (Karpenter re-simulates and keeps such a decision)."""
+    cache = cluster([on_demand_pool(), *keeper_and_target(), running("t-pod-2", "target", "100m")])
+
+    def scaled_down() -> None:
+        gone = cache.informers["Pod"].get("default/t-pod-2")
+        assert gone is not None
+        cache.informers["Pod"]._apply("DELETED", gone)
+        assert cache.informers["Pod"].get("default/t-pod-2") is None
+
+    writer = FakeWriter(cache, _initialized)
+    d, _ = disruption(cache, writer, before_revalidation=scaled_down)
+    record = d.step()
+    assert record.outcome == "disrupted", record.detail
+    assert record.removed == ["target"]
+
+
 def test_no_pass_while_the_cluster_is_busy() -> None:
     cache = cluster([on_demand_pool(), *keeper_and_target()])
     writer = FakeWriter(cache, _initialized)
