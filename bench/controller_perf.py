@@ -287,16 +287,20 @@ def catalog(name: str, workdir: Path) -> Catalog:
     return Catalog("aws-like", types, nodeplan_file, karpenter_file)
 
 
-def lower_bound(cat: Catalog, deployments: Sequence[dict[str, Any]], time_limit: float) -> float:
-    """The solver's certified lower bound ($/h) for every pod of ``deployments`` pending on an empty cluster."""
-    objects: list[dict[str, Any]] = [NODEPOOL]
+def pending_pods(deployments: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every replica of ``deployments`` as a pending pod (what the scale-out asks the provisioner for)."""
+    out: list[dict[str, Any]] = []
     for d in deployments:
         requests = d["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]
-        for i in range(d["spec"]["replicas"]):
-            objects.append(pod(f"{d['metadata']['name']}-{i}", namespace=NAMESPACE, cpu=requests["cpu"],
-                               memory=requests["memory"], labels=d["spec"]["selector"]["matchLabels"],
-                               owner=f"{d['metadata']['name']}-rs"))
-    snapshot = parse_objects(objects, source="bench").with_catalog(cat.instance_types)
+        out += [pod(f"{d['metadata']['name']}-{i}", namespace=NAMESPACE, cpu=requests["cpu"],
+                    memory=requests["memory"], labels=d["spec"]["selector"]["matchLabels"],
+                    owner=f"{d['metadata']['name']}-rs") for i in range(d["spec"]["replicas"])]
+    return out
+
+
+def lower_bound(cat: Catalog, deployments: Sequence[dict[str, Any]], time_limit: float) -> float:
+    """The solver's certified lower bound ($/h) for every pod of ``deployments`` pending on an empty cluster."""
+    snapshot = parse_objects([NODEPOOL, *pending_pods(deployments)], source="bench").with_catalog(cat.instance_types)
     return solve(snapshot, SolveOptions(time_limit=time_limit)).plan.cost.lower_bound
 
 

@@ -16,11 +16,12 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench.controller_perf import NAMESPACE, NODEPOOL
-from bench.workloads import generic_deployment_objects, pod
+from bench.controller_perf import NAMESPACE, NODEPOOL, pending_pods
+from bench.workloads import generic_deployment_objects
 from model.snapshot import Snapshot, parse_objects
 from providers.kwok import kwok_catalog
 from solver.provision import SolveOptions, solve
@@ -28,21 +29,13 @@ from solver.provision import SolveOptions, solve
 
 def deployment_pods(total: int, seed: int) -> list[dict[str, Any]]:
     """The first ``total`` pods of the seeded ``bench-controller`` Deployments, as pending pods."""
-    out: list[dict[str, Any]] = []
-    for d in generic_deployment_objects(total, seed, NAMESPACE):
-        requests = d["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]
-        name = d["metadata"]["name"]
-        out += [pod(f"{name}-{i}", namespace=NAMESPACE, cpu=requests["cpu"], memory=requests["memory"],
-                    labels=d["spec"]["selector"]["matchLabels"], owner=f"{name}-rs")
-                for i in range(d["spec"]["replicas"])]
-    return out[:total]
+    return pending_pods(generic_deployment_objects(total, seed, NAMESPACE))[:total]
 
 
 def row(label: str, load: Any, options: SolveOptions) -> tuple[str, float]:
     started, cpu = time.monotonic(), time.process_time()
     snapshot: Snapshot = load()
-    plan = solve(snapshot, SolveOptions(time_limit=options.time_limit, gap=options.gap, workers=options.workers,
-                                        started_at=started)).plan
+    plan = solve(snapshot, replace(options, started_at=started)).plan
     wall, used = time.monotonic() - started, time.process_time() - cpu
     decided = next((n.split("the ")[1].split(" plan")[0] for n in plan.solver.notes if n.startswith("decided:")),
                    plan.solver.status.lower())

@@ -180,24 +180,21 @@ class Shared:
 
     def text(self, value: str) -> str:
         """The string equal to ``value`` handed out first (unlike ``sys.intern``, freed with the table)."""
-        found = self._texts.get(value)
-        if found is not None:
-            return found
-        if len(self._texts) >= self._limit:
-            self._texts.clear()
-        self._texts[value] = value
-        return value
+        return str(self._first(self._texts, value, value))
 
     def __call__(self, value: Any) -> Any:
         if not value:
             return value
-        key = self._encode(value)
-        found = self._values.get(key)
+        return self._first(self._values, self._encode(value), value)
+
+    def _first(self, table: dict[Any, Any], key: Any, value: Any) -> Any:
+        """The value first kept under ``key`` in ``table`` (``value`` when none is; a full table starts again)."""
+        found = table.get(key)
         if found is not None:
             return found
-        if len(self._values) >= self._limit:
-            self._values.clear()
-        self._values[key] = value
+        if len(table) >= self._limit:
+            table.clear()
+        table[key] = value
         return value
 
     def __len__(self) -> int:
@@ -284,14 +281,11 @@ class Decoder:
         return obj
 
     def _share(self, obj: Object) -> None:
-        for section, field in _INTERNED.get(self.kind, ()):
-            part = obj.get(section)
-            if isinstance(part, dict) and isinstance(part.get(field), str):
-                part[field] = sys.intern(part[field])
-        for section, field in _REPEATED.get(self.kind, ()):
-            part = obj.get(section)
-            if isinstance(part, dict) and isinstance(part.get(field), str):
-                part[field] = self._shared.text(part[field])
+        for fields, keep in ((_INTERNED, sys.intern), (_REPEATED, self._shared.text)):
+            for section, field in fields.get(self.kind, ()):
+                part = obj.get(section)
+                if isinstance(part, dict) and isinstance(part.get(field), str):
+                    part[field] = keep(part[field])
         spec = obj.get("spec")
         if self.kind == "Pod" and isinstance(spec, dict) and isinstance(spec.get("volumes"), list):
             # only claims matter (volume topology); the projected service-account token and the like do not

@@ -34,6 +34,8 @@ from typing import Any, cast
 
 from kubernetes import client
 
+from controller.throttle import TokenBucket
+
 log = logging.getLogger(__name__)
 
 NORMAL, WARNING = "Normal", "Warning"
@@ -69,23 +71,6 @@ POLICIES: dict[str, Policy] = {
     # Blocked: DedupeValues node UID, the default timeout
     "DisruptionBlocked": Policy(dedupe=("uid",), timeout=120.0),
 }
-
-
-class TokenBucket:
-    """client-go's ``flowcontrol`` token bucket as ``TryAccept`` uses it: starts full (``burst`` tokens), refills
-    ``rate`` a second, an Event takes one or is refused."""
-
-    def __init__(self, rate: float, burst: int, now: float) -> None:
-        self.rate, self.burst = rate, burst
-        self._tokens, self._at = float(burst), now
-
-    def try_accept(self, now: float) -> bool:
-        self._tokens = min(float(self.burst), self._tokens + max(0.0, now - self._at) * self.rate)
-        self._at = now
-        if self._tokens >= 1.0:
-            self._tokens -= 1.0
-            return True
-        return False
 
 
 @dataclass
@@ -132,10 +117,10 @@ def _lru_get(cache: OrderedDict[Any, Any], key: Any) -> Any:
     return found
 
 
-def _lru_put(cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
+def _lru_put(cache: OrderedDict[Any, Any], key: Any, value: Any, limit: int = CORRELATOR_KEYS) -> None:
     cache[key] = value
     cache.move_to_end(key)
-    while len(cache) > CORRELATOR_KEYS:
+    while len(cache) > limit:
         cache.popitem(last=False)
 
 
@@ -227,15 +212,12 @@ class EventRecorder:
             self.suppressed += 1
             return None
         timeout = self.dedup_window if policy.timeout is None else policy.timeout
-        self._held[key] = _Held(now + timeout)
-        self._held.move_to_end(key)
-        while len(self._held) > self._max_keys:
-            self._held.popitem(last=False)
+        _lru_put(self._held, key, _Held(now + timeout), self._max_keys)
         if policy.rate > 0:  # after the dedupe, as Karpenter's publishEvent: a refused Event's key stays held
             bucket = self._buckets.get(reason)
             if bucket is None:
-                bucket = self._buckets[reason] = TokenBucket(policy.rate, policy.burst, now)
-            if not bucket.try_accept(now):
+                bucket = self._buckets[reason] = TokenBucket(policy.rate, policy.burst, clock=self._clock)
+            if not bucket.try_accept():
                 self.rate_limited += 1
                 return None
         return entry.held if entry is not None and "message" in policy.dedupe else 0
@@ -276,9 +258,9 @@ class EventRecorder:
         _lru_put(self._seen, key, entry)
         spam = _lru_get(self._spam, identity)
         if spam is None:
-            spam = TokenBucket(SPAM_QPS, SPAM_BURST, now)
+            spam = TokenBucket(SPAM_QPS, SPAM_BURST, clock=self._clock)
         _lru_put(self._spam, identity, spam)
-        if not spam.try_accept(now):
+        if not spam.try_accept():
             self.spam_filtered += 1
             return None
         return send

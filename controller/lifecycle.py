@@ -13,7 +13,6 @@ that registers with the claim's ``providerID`` is then linked to it (Karpenter m
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +28,7 @@ from controller.drain import Drainer
 from controller.logs import claim_fields, get_logger
 from controller.metrics import Metrics
 from controller.offerings import UnavailableOfferings
-from controller.provisioner import PODS_ANNOTATION, may_nominate, nominate, planned_nodes
+from controller.provisioner import may_nominate, nominate, planned_nodes, planned_pod_uids
 from controller.termination import Terminator, claim_node_name
 from model import labels as wk
 from model.errors import InputError
@@ -256,7 +255,7 @@ class Lifecycle:
         the scheduler is then no longer retrying them after the nodes were added. The untaint waits (at most
         ``NOMINATION_SEEN_WAIT``) until the watch shows the nominations — the scheduler's informer sees them about
         as soon — and what was cleared meanwhile is written once more."""
-        uids = [uid for raw in joining for uid in _pod_uids(raw)]
+        uids = [uid for raw in joining for uid in planned_pod_uids(raw)]
         if not any(uid in self._unbound for uid in uids):
             return
         started = last_change = time.monotonic()
@@ -292,7 +291,7 @@ class Lifecycle:
 
     def _unseen(self, joining: list[dict[str, Any]]) -> int:
         """Planned pods of ``joining`` whose nomination was written and not yet seen through the watch."""
-        return sum(1 for raw in joining for uid in _pod_uids(raw) if uid in self._written)
+        return sum(1 for raw in joining for uid in planned_pod_uids(raw) if uid in self._written)
 
     def _nominate(self, raw: Mapping[str, Any], node: str, *, room: bool = False) -> int:
         """Set ``status.nominatedNodeName`` of the claim's still-pending pods to its node: the scheduler tries a
@@ -308,7 +307,7 @@ class Lifecycle:
         components, only where no nomination is, or where nodeplan put it (``controller.provisioner.may_nominate``);
         not one written less than ``REWRITE_AFTER_SECONDS`` ago that the watch does not show yet, nor one the API
         server refused (the kube-scheduler owns it)."""
-        pods: list[tuple[str, Mapping[str, Any], str]] = [(uid, p, node) for uid in _pod_uids(raw)
+        pods: list[tuple[str, Mapping[str, Any], str]] = [(uid, p, node) for uid in planned_pod_uids(raw)
                 if (p := self._unbound.get(uid)) is not None and uid not in self._written and uid not in self._refused
                 and may_nominate(p, node, self._planned.get(uid, ()))]
         return [item for item in pods if self._take_room(node, item[1])] if room else pods
@@ -434,17 +433,6 @@ def _resource_version(obj: Mapping[str, Any]) -> int:
         return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
     except ValueError:
         return 0
-
-
-def _pod_uids(raw: Mapping[str, Any]) -> list[str]:
-    """The UIDs of the pods a NodeClaim was planned for (``nodeplan.io/pods``); none when unreadable."""
-    try:
-        uids = json.loads(((raw.get("metadata") or {}).get("annotations") or {}).get(PODS_ANNOTATION) or "[]")
-    except json.JSONDecodeError:
-        return []
-    return [str(uid) for uid in uids] if isinstance(uids, list) else []
-
-
 def _age(raw: Mapping[str, Any], kind: str) -> float:
     """Seconds since condition ``kind`` last changed (infinite when unknown)."""
     stamp = _conditions(raw).get(kind, {}).get("lastTransitionTime")

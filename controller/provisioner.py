@@ -107,11 +107,12 @@ def holds(claim: Mapping[str, Any], pod_uids: Iterable[str], now: float, bind_gr
 
 
 def planned_pod_uids(claim: Mapping[str, Any]) -> list[str]:
+    """The UIDs of the pods a NodeClaim was planned for (``nodeplan.io/pods``); none when unreadable."""
     try:
         uids = json.loads(((claim.get("metadata") or {}).get("annotations") or {}).get(PODS_ANNOTATION) or "[]")
     except json.JSONDecodeError:
         return []
-    return [str(uid) for uid in uids]
+    return [str(uid) for uid in uids] if isinstance(uids, list) else []
 
 
 def covered_pods(claims: Iterable[Mapping[str, Any]], now: float, bind_grace: float) -> dict[str, str]:

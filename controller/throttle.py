@@ -96,11 +96,23 @@ class TokenBucket:
     def reserve(self) -> float:
         """Take one token; the seconds the caller must wait before sending (0 while the burst lasts)."""
         with self._lock:
-            now = self._clock()
-            self._tokens = min(float(self.burst), self._tokens + (now - self._at) * self.qps)
-            self._at = now
+            self._refill()
             self._tokens -= 1.0
             return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+
+    def try_accept(self) -> bool:
+        """client-go's ``TryAccept``: take a token if one is there, never into debt (Events use it)."""
+        with self._lock:
+            self._refill()
+            if self._tokens < 1.0:
+                return False
+            self._tokens -= 1.0
+            return True
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self._tokens = min(float(self.burst), self._tokens + max(0.0, now - self._at) * self.qps)
+        self._at = now
 
 
 class Throttle:
