@@ -77,6 +77,25 @@ class ColumnGenerationResult:
     master: MasterLP | None = None
 
 
+#: GLOP settings tried in turn when a solve ends ABNORMAL
+GLOP_FALLBACKS = ("use_preprocessing:false", "use_preprocessing:false use_dual_simplex:true")
+
+
+def solve_glop(lp: pywraplp.Solver) -> int:
+    """Solve an LP; when GLOP gives up (ABNORMAL), solve it again from scratch without presolve and keep that
+    setting — its presolve fails now and then on a master after columns were added (in CI, one run in three of a
+    300-pod mix), while the same LP solves without it."""
+    status = lp.Solve()
+    for fallback in GLOP_FALLBACKS:
+        if status != pywraplp.Solver.ABNORMAL:
+            break
+        lp.SetSolverSpecificParametersAsString(fallback)
+        params = pywraplp.MPSolverParameters()
+        params.SetIntegerParam(params.INCREMENTALITY, params.INCREMENTALITY_OFF)
+        status = lp.Solve(params)
+    return int(status)
+
+
 class MasterLP:
     def __init__(self, bins: list[Bin], demand: np.ndarray, objective: Objective,
                  limits: dict[tuple[int, str], int]) -> None:
@@ -118,7 +137,7 @@ class MasterLP:
         return True
 
     def solve(self) -> float:
-        status = self.lp.Solve()
+        status = solve_glop(self.lp)
         if status != pywraplp.Solver.OPTIMAL:
             raise RuntimeError(f"master LP ended with status {status}")
         return float(self.obj.Value())

@@ -32,6 +32,7 @@ from model.snapshot import Snapshot
 from solver.bins import Bin
 from solver.bound import share_bound
 from solver.bounds.relaxation import Relaxation, from_problem, recompiled
+from solver.colgen import solve_glop
 from solver.problem import Problem
 
 #: price ratio between neighbouring sampled columns of one admission family
@@ -155,7 +156,7 @@ def _lp_prices(relaxation: Relaxation, holds: np.ndarray, existing_holds: np.nda
         return None
     if math.isfinite(left):
         lp.SetTimeLimit(max(int(left * 1000), 1))
-    if lp.Solve() != pywraplp.Solver.OPTIMAL:
+    if solve_glop(lp) != pywraplp.Solver.OPTIMAL:
         return None
     prices = np.zeros((len(nodes), sizes.shape[1]))
     for i, row in enumerate(rows):

@@ -6,9 +6,12 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from ortools.linear_solver import pywraplp
+
 from bench.workloads import CPU_CHOICES, MEMORY_CHOICES, pod
 from model.snapshot import parse_objects
 from providers.kwok import kwok_catalog
+from solver.colgen import solve_glop
 from solver.provision import SolveOptions, solve
 from solver.verify import verify
 
@@ -124,3 +127,28 @@ def test_a_500_pod_batch_is_decided_within_a_two_percent_gap() -> None:
     assert decided or plan.solver.wall_seconds >= 0.8 * 10.0, plan.solver
     if decided:
         assert any(n.startswith("decided:") for n in plan.solver.notes) or plan.solver.status == "OPTIMAL"
+
+
+class _PresolveFailsLP:
+    """A GLOP stand-in whose presolve gives up (ABNORMAL) the way GLOP's did on a master in CI."""
+
+    def __init__(self) -> None:
+        self.settings: list[str] = []
+        self.incremental: list[bool] = []
+
+    def SetSolverSpecificParametersAsString(self, text: str) -> bool:
+        self.settings.append(text)
+        return True
+
+    def Solve(self, params: pywraplp.MPSolverParameters | None = None) -> int:
+        self.incremental.append(params is None or params.GetIntegerParam(params.INCREMENTALITY)
+                                != params.INCREMENTALITY_OFF)
+        presolve_off = bool(self.settings) and "use_preprocessing:false" in self.settings[-1]
+        return pywraplp.Solver.OPTIMAL if presolve_off else pywraplp.Solver.ABNORMAL
+
+
+def test_an_abnormal_lp_solve_is_retried_from_scratch_without_presolve() -> None:
+    lp = _PresolveFailsLP()
+    assert solve_glop(lp) == pywraplp.Solver.OPTIMAL  # type: ignore[arg-type]
+    assert lp.settings == ["use_preprocessing:false"] and lp.incremental == [True, False]
+
