@@ -144,11 +144,11 @@ class _PresolveFailsLP:
         self.incremental.append(params is None or params.GetIntegerParam(params.INCREMENTALITY)
                                 != params.INCREMENTALITY_OFF)
         presolve_off = bool(self.settings) and "use_preprocessing:false" in self.settings[-1]
-        return pywraplp.Solver.OPTIMAL if presolve_off else pywraplp.Solver.ABNORMAL
+        return int(pywraplp.Solver.OPTIMAL if presolve_off else pywraplp.Solver.ABNORMAL)
 
 
 def test_an_abnormal_lp_solve_is_retried_from_scratch_without_presolve() -> None:
     lp = _PresolveFailsLP()
-    assert solve_glop(lp) == pywraplp.Solver.OPTIMAL  # type: ignore[arg-type]
+    assert solve_glop(lp) == pywraplp.Solver.OPTIMAL
     assert lp.settings == ["use_preprocessing:false"] and lp.incremental == [True, False]
 
