@@ -17,6 +17,7 @@ from model.instancetype import InstanceType
 from model.node import Node
 from model.nodepool import NodeClaim, NodePool
 from model.pod import Pod
+from model.podshapes import PodShapes
 from model.workload import DaemonSet, Namespace, PodDisruptionBudget
 
 #: the longest integer literal a JSON file may hold (Python's own limit for decimal text is 4,300 digits)
@@ -219,12 +220,22 @@ def _resolve_volumes(pod: Pod, raw: list[dict[str, Any]], source: str) -> Pod:
                                            f"of Pod {pod.key}") from None
 
 
+def shape_parser() -> Callable[[Mapping[str, Any]], Any]:
+    """``parse_object`` with Pods parsed once per shape (``model.podshapes``) for one load."""
+    pods = PodShapes()
+
+    def parse(obj: Mapping[str, Any]) -> Any:
+        return pods(obj) if obj["kind"] == "Pod" else parse_object(obj)
+    return parse
+
+
 def parse_objects(objects: Iterable[Any], *, source: str,
-                  parse: Callable[[Mapping[str, Any]], Any] = parse_object) -> Snapshot:
+                  parse: Callable[[Mapping[str, Any]], Any] | None = None) -> Snapshot:
     """Build a Snapshot from Kubernetes objects; unknown kinds are skipped with a warning. Two objects of
     one kind it reads with one namespace/name are an input error naming both (the API server holds one).
-    ``parse``: what turns one object into its model (the controller's cache passes one that reuses models
-    it parsed before)."""
+    ``parse``: what turns one object into its model (default ``shape_parser()``; the controller's cache
+    passes one that reuses models it parsed before)."""
+    parse = parse or shape_parser()
     buckets: dict[str, list[Any]] = {kind: [] for kind in _PARSERS}
     raw: list[dict[str, Any]] = []
     warnings: list[str] = []

@@ -103,19 +103,28 @@ def build_classes(pods: Iterable[Pod], label_keys: frozenset[str] = frozenset(),
     else node selection reads; otherwise they stay ordinary classes."""
     groups: dict[Hashable, list[Pod]] = {}
     bundles: dict[Hashable, list[Pod]] = {}
+    # ``class_key`` reads only what a pod shares with its replicas (``PodShape``): once per shape
+    keys: dict[int, Hashable] = {}
+
+    def key_of(pod: Pod) -> Hashable:
+        shape = id(pod.shape)
+        if shape not in keys:
+            keys[shape] = class_key(pod, label_keys)
+        return keys[shape]
+
     for pod in sorted(pods, key=karpenter_order):
         key = bundle_key(pod)
         if key is not None:
             bundles.setdefault(key, []).append(pod)
         else:
-            groups.setdefault(class_key(pod, label_keys), []).append(pod)
+            groups.setdefault(key_of(pod), []).append(pod)
     whole: list[list[Pod]] = []
     for members in bundles.values():
         if len({(p.node_requirements(), frozenset(p.tolerations)) for p in members}) == 1:
             whole.append(members)
         else:
             for pod in members:
-                groups.setdefault(class_key(pod, label_keys), []).append(pod)
+                groups.setdefault(key_of(pod), []).append(pod)
     tagged = [(members, False) for members in groups.values()] + [(members, True) for members in whole]
     tagged.sort(key=lambda item: karpenter_order(item[0][0]))
     return [PodClass(index=i, pods=tuple(members), requests=members[0].requests, bundle=bundle)

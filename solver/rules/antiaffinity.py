@@ -530,16 +530,30 @@ def _stashed(batch: BatchContext) -> CrossPlan | None:
 def unmodelled_pairs(classes: Sequence[PodClass], namespace_labels: Mapping[str, dict[str, str]],
                      counters: Sequence[NodeCounter]) -> list[str]:
     """Pending classes that repel each other on the hostname and that no counter keeps apart."""
-    notes = []
+    notes: list[str] = []
     repelling = [c for c in classes if c.representative.pod_anti_affinity]
-    for c in repelling:  # a pair repels only if one of them has a term: O(repelling × classes)
-        for other in classes:
+    if not repelling:
+        return notes
+    # whether two pods repel reads their namespaces, labels and anti-affinity terms only: once per pair of
+    # such groups (thousands of classes split by requests and pins are a few dozen groups)
+    groups: dict[Hashable, list[int]] = {}
+    for position, other in enumerate(classes):
+        groups.setdefault(_repel_key(other.representative), []).append(position)
+    for c in repelling:  # a pair repels only if one of them has a term: O(repelling × groups)
+        hits = sorted(position for members in groups.values()
+                      if repels(c.representative, classes[members[0]].representative, namespace_labels)
+                      for position in members)
+        for other in map(classes.__getitem__, hits):
             if other.index == c.index or (other.representative.pod_anti_affinity and other.index < c.index):
                 continue
-            if repels(c.representative, other.representative, namespace_labels) and not any(
-                    separates(counter, c.index, other.index) for counter in counters):
+            if not any(separates(counter, c.index, other.index) for counter in counters):
                 notes.append(f"{c.name} and {other.name} repel each other on {HOSTNAME}: not modelled")
     return notes
+
+
+def _repel_key(pod: Pod) -> Hashable:
+    """What ``repels`` reads of a pod."""
+    return pod.namespace, frozenset(pod.labels.items()), pod.pod_anti_affinity
 
 
 def _settled(pod_class: PodClass) -> bool:

@@ -81,7 +81,7 @@ from typing import Literal
 from model.affinity import LabelSelector, PodAffinityTerm
 from model.inflight import node_views
 from model.labels import HOSTNAME, ZONE
-from model.pod import Pod, PreferredTerm
+from model.pod import Pod, PodShape, PreferredTerm
 from model.requirements import Requirement, Requirements
 from model.resources import Resources
 from model.taints import Taint, untolerated
@@ -224,10 +224,31 @@ class _Planner:
         self._usable: dict[tuple[object, ...], list[int]] = {}
         #: (requirements, tolerations) → the schedulable nodes they admit: shapes differ mostly in requests
         self._admitted: dict[tuple[object, object], list[int]] = {}
-        self._views: dict[tuple[DomainRule, str], tuple[object, ...]] = {}
+        self._views: dict[tuple[DomainRule, str], int] = {}
+        #: shapes and views as small numbers (``shape_id``, ``_view``): memo keys hashed once, not per lookup
+        self._interned: dict[tuple[object, ...], int] = {}
+        self._shape_ids: dict[str, int] = {}
         self._reach_of: dict[str, dict[str, _Reach]] = {}
         #: the spread groups planned: (viewer, rule, the domains its global minimum is taken over)
         self.spreads: list[tuple[Pod, DomainRule, frozenset[str]]] = []
+        #: each pending pod's (namespace, labels) group, in ``pending``'s order, and one pod of each group:
+        #: a selector is matched once per group, not once per pod (50,000 pods are a few dozen groups)
+        groups: dict[tuple[str, frozenset[tuple[str, str]]], int] = {}
+        self._group_of = [groups.setdefault((p.namespace, frozenset(p.labels.items())), len(groups))
+                          for p in pending]
+        first: dict[int, Pod] = {}
+        for pod, group in zip(pending, self._group_of, strict=True):
+            first.setdefault(group, pod)
+        self._group_pods = list(first.values())  # groups are numbered in the order first met
+        self._selected: dict[tuple[str, object], list[bool]] = {}
+
+    def selected(self, namespace: str, selector: LabelSelector) -> list[Pod]:
+        """The pending pods of ``namespace`` that ``selector`` matches, in ``pending``'s order."""
+        memo = (namespace, selector)
+        if memo not in self._selected:
+            self._selected[memo] = [p.namespace == namespace and selector.matches(p.labels) for p in self._group_pods]
+        hits = self._selected[memo]
+        return [p for p, g in zip(self.pending, self._group_of, strict=True) if hits[g]]
 
     # -- where pods can go ------------------------------------------------------------------------------
 
@@ -253,9 +274,19 @@ class _Planner:
             self._shapes[pod.key] = (requirements, landing.tolerations, landing.requests)
         return self._shapes[pod.key]
 
+    def shape_id(self, pod: Pod) -> int:
+        """``shape(pod)`` as a number: equal shapes, equal numbers."""
+        if pod.key not in self._shape_ids:
+            self._shape_ids[pod.key] = self._intern(("shape", *self.shape(pod)))
+        return self._shape_ids[pod.key]
+
+    def _intern(self, value: tuple[object, ...]) -> int:
+        return self._interned.setdefault(value, len(self._interned))
+
     def _touch(self, key: str) -> None:
         """Forget what was worked out for the pod (a pin or an exclusion changed where it can go)."""
         self._shapes.pop(key, None)
+        self._shape_ids.pop(key, None)
         self._reach_of.pop(key, None)
 
     def pinned(self, pod: Pod, key: str) -> str | None:
@@ -306,7 +337,7 @@ class _Planner:
         return mine[key]
 
     def _shape_reach(self, pod: Pod, key: str) -> _Reach:
-        memo = (key, *self.shape(pod))
+        memo = (key, self.shape_id(pod))
         pod = self.lands(pod)
         if memo not in self._reach:
             domains: set[str] = set()
@@ -328,12 +359,12 @@ class _Planner:
                                        {d: tuple(v) for d, v in hosts.items()}, keyless, key)
         return self._reach[memo]
 
-    def _view(self, rule: DomainRule, viewer: Pod) -> tuple[object, ...]:
-        """What decides which nodes ``viewer``'s constraint counts (memoised per rule and viewer)."""
+    def _view(self, rule: DomainRule, viewer: Pod) -> int:
+        """What decides which nodes ``viewer``'s constraint counts, as a number (memoised per rule and viewer)."""
         memo = (rule, viewer.key)
         if memo not in self._views:
-            self._views[memo] = (rule.key, rule.affinity_honoured and viewer.node_requirements(),
-                                 rule.taints_honoured and viewer.tolerations)
+            self._views[memo] = self._intern(("view", rule.key, rule.affinity_honoured and viewer.node_requirements(),
+                                              rule.taints_honoured and viewer.tolerations))
         return self._views[memo]
 
     @staticmethod
@@ -360,7 +391,7 @@ class _Planner:
     def counted_reach(self, pod: Pod, rule: DomainRule, viewer: Pod) -> dict[str, bool]:
         """Domains where ``pod`` may land on a node ``viewer`` counts → is every node it may use there
         counted (pinned there, it surely counts)?"""
-        memo = (self._view(rule, viewer), *self.shape(pod))
+        memo = (self._view(rule, viewer), self.shape_id(pod))
         landing = self.lands(pod)
         if memo not in self._counted:
             counted: dict[str, bool] = {}
@@ -516,8 +547,8 @@ def _home(pl: _Planner, pods: Sequence[Pod], key: str, domains: Sequence[str], c
 def _plan_hard(pl: _Planner, pod: Pod, rule: DomainRule) -> None:
     """A hard rule's group: every pending pod its selector matches, whether it carries the rule or not (a
     constraint counts the pods it matches); matching pods an earlier group pinned on the key count there."""
-    matching = [p for p in pl.pending if p.namespace == pod.namespace and rule.selector.matches(p.labels)
-                and p.key not in pl.blocked and p.key not in pl.settled]
+    matching = [p for p in pl.selected(pod.namespace, rule.selector)
+                if p.key not in pl.blocked and p.key not in pl.settled]
     counts = pl.running_counts(rule, pod)
     # pods an earlier group pinned on the key are members too: their reach is their pinned domain, so the
     # rule counts them there and a carrier among them keeps its pin only if this rule allows it
@@ -1240,6 +1271,8 @@ def apply(pods: Sequence[Pod], plan: DomainPlan) -> list[Pod]:
     """Copies of the pods carrying the plan: zone pins, other pins and exclusions as rule terms, soft pins
     as preferences."""
     out = []
+    #: (the pod's shape, its update) → the updated shape: replicas planned alike share one copy
+    copies: dict[tuple[int, tuple[tuple[str, object], ...]], PodShape] = {}
     for pod in pods:
         update: dict[str, object] = {}
         terms, reasons = list(pod.rule_terms), list(pod.rule_reasons)
@@ -1262,7 +1295,13 @@ def apply(pods: Sequence[Pod], plan: DomainPlan) -> list[Pod]:
                 PreferredTerm(weight=SOFT_TOPOLOGY_WEIGHT,
                               requirements=Requirements.of([Requirement(key=key, operator="In", values=(value,))]))
                 for key, value in plan.soft[pod.key])
-        out.append(pod.model_copy(update=update) if update else pod)
+        if not update:
+            out.append(pod)
+            continue
+        memo = (id(pod.shape), tuple(sorted(update.items())))
+        if memo not in copies:
+            copies[memo] = pod.shape.model_copy(update=update)
+        out.append(pod.model_copy(update={"shape": copies[memo]}))
     return out
 
 
