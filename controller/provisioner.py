@@ -24,7 +24,7 @@ import copy
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -100,10 +100,12 @@ def reserving(claim: Mapping[str, Any], now: float, bind_grace: float) -> bool:
     return initialized is None or now - initialized <= bind_grace
 
 
-def holds(claim: Mapping[str, Any], pod_uids: Iterable[str], now: float, bind_grace: float) -> bool:
+def holds(claim: Mapping[str, Any], pod_uids: Iterable[str], now: float, bind_grace: float,
+          displaced: Collection[str] = ()) -> bool:
     """Does the existing ``claim`` still hold room for every one of ``pod_uids``? Only then is a create of its
     name (409) the same decision already carried out; otherwise the pods need a claim of the next generation."""
-    return reserving(claim, now, bind_grace) and set(pod_uids) <= set(planned_pod_uids(claim))
+    uids = set(pod_uids)
+    return reserving(claim, now, bind_grace) and uids <= set(planned_pod_uids(claim)) and not uids & set(displaced)
 
 
 def planned_pod_uids(claim: Mapping[str, Any]) -> list[str]:
@@ -115,13 +117,59 @@ def planned_pod_uids(claim: Mapping[str, Any]) -> list[str]:
     return [str(uid) for uid in uids] if isinstance(uids, list) else []
 
 
-def covered_pods(claims: Iterable[Mapping[str, Any]], now: float, bind_grace: float) -> dict[str, str]:
-    """Pod UID → NodeClaim name for every pod an in-flight NodeClaim was launched (or later planned) for."""
+def covered_pods(claims: Iterable[Mapping[str, Any]], now: float, bind_grace: float,
+                 displaced: Collection[str] = ()) -> dict[str, str]:
+    """Pod UID → NodeClaim name for every pod an in-flight NodeClaim was launched (or later planned) for, less
+    the ``displaced`` ones."""
     out: dict[str, str] = {}
     for claim in claims:
         if reserving(claim, now, bind_grace):
             for uid in planned_pod_uids(claim):
-                out[uid] = str((claim.get("metadata") or {}).get("name"))
+                if uid not in displaced:
+                    out[uid] = str((claim.get("metadata") or {}).get("name"))
+    return out
+
+
+def displaced_pods(claims: Iterable[Mapping[str, Any]], allocatable: Mapping[str, Resources],
+                   pods: Iterable[Mapping[str, Any]], requests: Callable[[Mapping[str, Any]], Resources | None]
+                   ) -> set[str]:
+    """The pending pods of ``claims`` whose claim's Node has joined (``allocatable``: node name → allocatable)
+    but no longer has room for them: the kube-scheduler is free to bind other pods there, and does, and then a
+    planned pod cannot go where it was planned. Room is the Node's allocatable less every pod bound to it, handed
+    to the claim's pending pods in planned order. Such a pod is planned again by the next batch, not after the
+    bind grace: while covered it waited out the whole grace (the last pod of a 1,000-pod scale-out got its node
+    16 s after the others), and its claim is no answer to a retried create (``holds``)."""
+    owner: dict[str, list[str]] = {}
+    for claim in claims:
+        node = claim_node_name(claim)
+        if node in allocatable:
+            owner[node] = planned_pod_uids(claim)
+    if not owner:
+        return set()
+    used: dict[str, Resources] = {}
+    pending: dict[str, Mapping[str, Any]] = {}
+    for pod in pods:
+        if is_terminal(pod):
+            continue
+        node = str((pod.get("spec") or {}).get("nodeName") or "")
+        if node in owner:
+            amount = requests(pod)
+            if amount is not None:
+                used[node] = used.get(node, Resources()) + amount
+        elif not node:
+            pending[str((pod.get("metadata") or {}).get("uid"))] = pod
+    out: set[str] = set()
+    for node, uids in owner.items():
+        room = allocatable[node] - used.get(node, Resources())
+        for uid in uids:
+            waiting = pending.get(uid)
+            amount = None if waiting is None else requests(waiting)
+            if amount is None:
+                continue
+            if amount.fits_in(room):
+                room = room - amount
+            else:
+                out.add(uid)
     return out
 
 
@@ -339,9 +387,35 @@ class Provisioner:
         self._catalog = tuple(catalog)
 
     # -- what the next batch sees ---------------------------------------------------------------------
+    def displaced(self) -> set[str]:
+        """UIDs of pods planned onto an in-flight NodeClaim whose Node has no room left for them
+        (``displaced_pods``)."""
+        now = self._clock()
+        claims = [c for c in self._cache.items("NodeClaim") if reserving(c, now, self._options.bind_grace)]
+        if not claims:
+            return set()
+        allocatable: dict[str, Resources] = {}
+        for node in self._cache.items("Node"):
+            try:
+                allocatable[str(node["metadata"]["name"])] = self._cache.parsed(node).allocatable
+            except (InputError, KeyError):
+                continue
+        return displaced_pods(claims, allocatable, self._cache.items("Pod"), self._requests)
+
+    def _requests(self, pod: Mapping[str, Any]) -> Resources | None:
+        try:
+            return cast(Resources, self._cache.parsed(pod).requests)
+        except InputError:
+            return None
+
+    def covered(self) -> dict[str, str]:
+        """Pod UID → the in-flight NodeClaim that holds room for it (``covered_pods``, less the displaced)."""
+        return covered_pods(self._cache.items("NodeClaim"), self._clock(), self._options.bind_grace,
+                            self.displaced())
+
     def pending(self) -> dict[str, dict[str, Any]]:
         """Provisionable pods not covered by an in-flight NodeClaim, by key."""
-        covered = covered_pods(self._cache.items("NodeClaim"), self._clock(), self._options.bind_grace)
+        covered = self.covered()
         return {pod_key(p): p for p in self._cache.items("Pod")
                 if is_provisionable(p) and (p.get("metadata") or {}).get("uid") not in covered}
 
@@ -360,7 +434,7 @@ class Provisioner:
 
     def snapshot_objects(self, batch: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
         claims = self._cache.items("NodeClaim")
-        covered = covered_pods(claims, self._clock(), self._options.bind_grace)
+        covered = self.covered()
         node_of = {str((c.get("metadata") or {}).get("name")): claim_node_name(c) for c in claims}
         nodes = self._cache.items("Node")
         pods: list[dict[str, Any]] = []
@@ -535,10 +609,11 @@ class Provisioner:
         re-solved every batch without ever getting a node."""
         claims = {str((c.get("metadata") or {}).get("name")): c for c in self._cache.items("NodeClaim")}
         now = self._clock()
+        displaced = self.displaced()
         for generation in range(MAX_GENERATIONS):
             name = claim_name(planned.node_pool, planned, uids, generation)
             claim = claims.get(name)
-            if claim is None or holds(claim, uids, now, self._options.bind_grace):
+            if claim is None or holds(claim, uids, now, self._options.bind_grace, displaced):
                 yield name
 
     def _create(self, body: dict[str, Any], planned: PlannedNodeClaim, uids: Sequence[str]
@@ -558,7 +633,7 @@ class Provisioner:
                 existing = self._read_claim(name)
                 if existing is not None:
                     self._cache.upsert("NodeClaim", existing)
-                    if holds(existing, uids, self._clock(), self._options.bind_grace):
+                    if holds(existing, uids, self._clock(), self._options.bind_grace, self.displaced()):
                         log.info("nodeclaim already exists and holds its pods", nodeclaim=name,
                                  nodepool=planned.node_pool)
                         return name, None

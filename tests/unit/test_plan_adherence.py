@@ -13,6 +13,7 @@ server-side apply of that one field, so a nomination the scheduler wrote meanwhi
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
@@ -312,3 +313,52 @@ def test_decisions_are_read_from_both_controllers_logs() -> None:
                             "controller": "provisioner", "duration": "154.780853ms"})
     assert [round(d.seconds, 6) for d in decisions("karpenter", karpenter)] == [0.154781]
     assert percentile([3.0, 1.0, 2.0], 0.5) == 2.0 and percentile([1.0, 2.0, 3.0, 4.0], 0.95) == 4.0
+
+
+def recent_claim(name: str, uids: list[str], node_name: str) -> dict[str, Any]:
+    """A claim initialized a moment ago: well inside the bind grace, its pods still reserved for it."""
+    claim = existing_claim(name, uids, node_name)
+    just_now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    for condition in claim["status"]["conditions"]:
+        condition["lastTransitionTime"] = just_now
+    return claim
+
+
+def test_a_planned_pod_whose_node_filled_up_is_planned_again_without_waiting_out_the_grace() -> None:
+    """The kube-scheduler gave the room on ``p``'s planned node to another pod (``q``): ``p`` cannot go there,
+    so the next batch plans it at once — and under a new name, not the claim that cannot take it."""
+    provisioner, cache, server, taken = stranded("initialized")
+    cache.upsert("NodeClaim", recent_claim(taken, ["uid-p"], "general-old"))
+    assert provisioner.displaced() == {"uid-p"}
+    assert set(provisioner.pending()) == {"ns/p"}
+    provisioner.provision(provisioner.pending())
+    assert len(server.created) == 1 and server.created[0] != taken
+
+
+def test_a_planned_pod_keeps_its_claim_while_its_node_has_room() -> None:
+    """Another pod bound beside it, but room is left for ``p``: it stays covered until the scheduler binds it."""
+    provisioner, cache, _ = cluster()
+    cache.upsert("Node", node("general-new", "1900m"))
+    cache.upsert("Pod", pod("q", "500m", node="general-new"))
+    cache.upsert("Pod", pod("p", "1"))
+    cache.upsert("NodeClaim", recent_claim("general-new", ["uid-p"], "general-new"))
+    assert provisioner.displaced() == set() and provisioner.pending() == {}
+
+
+def test_the_room_left_goes_to_the_claims_pods_in_planned_order() -> None:
+    """Room for one of the two planned pods is left: the first keeps it, the second is planned again."""
+    provisioner, cache, _ = cluster()
+    cache.upsert("Node", node("general-new", "1900m"))
+    cache.upsert("Pod", pod("q", "800m", node="general-new"))
+    for name in ("a", "b"):
+        cache.upsert("Pod", pod(name, "1"))
+    cache.upsert("NodeClaim", recent_claim("general-new", ["uid-a", "uid-b"], "general-new"))
+    assert provisioner.displaced() == {"uid-b"}
+    assert set(provisioner.pending()) == {"ns/b"}
+
+
+def test_pods_of_a_claim_whose_node_has_not_joined_stay_covered() -> None:
+    provisioner, cache, _ = cluster()
+    cache.upsert("Pod", pod("p", "1"))
+    cache.upsert("NodeClaim", existing_claim("general-new", ["uid-p"], "general-new", state="fresh"))
+    assert provisioner.displaced() == set() and provisioner.pending() == {}
