@@ -5,9 +5,10 @@ placed, no NodeClaim launching or terminating: one action at a time, as Karpente
 
 1. snapshot (the provisioner's view plus PodDisruptionBudgets) → ``consolidate`` within ``time_limit``;
 2. if the plan removes nodes, wait ``validation_wait`` (Karpenter: 15 s) and re-check the decision against
-   fresh state: every removed node still a candidate for the same reason, no pod arrived on it or on a node
-   that receives pods (pods that left only ask less: a scale-down still finishing), the pools' budgets and
-   the PDBs' allowances still covering it. Otherwise abandon;
+   fresh state as Karpenter does (``controller.disruption_validation``): every removed node still a candidate,
+   the pools' budgets and the PDBs' allowances still covering it, and every pod now on a removed node still
+   placed — where the plan put it or, if an arrival took that room or the pod is new, wherever else it fits
+   — with the same replacements. Otherwise abandon;
 3. taint the candidates ``karpenter.sh/disrupted:NoSchedule``; create the replacement NodeClaims (the
    provisioner's body, names derived from the decision) and wait until they are Initialized;
 4. delete the candidates' NodeClaims: their finalizer drains each node through the Eviction API, PDB refusals
@@ -34,6 +35,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from controller.batch import is_bound, is_daemon_or_static, is_terminal, pod_key
 from controller.cache import ClusterCache
 from controller.conditions import conditions_of, is_true
+from controller.disruption_validation import Revalidation, revalidate
 from controller.events import EventRecorder
 from controller.logs import get_logger
 from controller.metrics import Metrics
@@ -44,7 +46,7 @@ from model.disruption import DisruptionPlan
 from model.instancetype import InstanceType
 from model.nodepool import NodePool
 from model.snapshot import Snapshot
-from solver.disruption.candidates import ClusterState, analyse
+from solver.disruption.candidates import analyse
 from solver.disruption.consolidate import ConsolidateOptions
 from solver.disruption.plan import ConsolidationResult, consolidate
 
@@ -174,23 +176,20 @@ class DisruptionMetrics:
                                     buckets=(0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0))
         self.abandoned = Counter("nodeplan_disruption_abandoned", "Decisions abandoned before any eviction",
                                  ["cause"], registry=registry)
+        self.failed_validations = Counter(
+            "karpenter_voluntary_disruption_failed_validations", "Number of candidates that were selected for "
+            "disruption but failed validation. Labeled by consolidation type.", ["consolidation_type"],
+            registry=registry)
         for reason in ("Empty", "Underutilized", "Drifted", "Expired"):
             self.eligible.labels(reason).set(0)
 
 
 # -- one decision -----------------------------------------------------------------------------------------
-def pods_by_node(state: ClusterState) -> dict[str, frozenset[str]]:
-    """Pod keys (daemon and terminal pods excluded) on every node: what a decision's validity rests on."""
-    return {s.name: frozenset(p.key for p in s.pods) for s in state.nodes}
-
-
 @dataclass
 class Decision:
     plan: DisruptionPlan
     #: removed node → its NodeClaim
     claims: dict[str, str]
-    #: pods on every node the decision removes or moves pods onto, when it was taken
-    pods: dict[str, frozenset[str]]
     #: replacement NodeClaims to create: name → body
     replacements: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -210,33 +209,6 @@ class Decision:
         launched = ", ".join(f"{c.instance_type}/{c.zone}/{c.capacity_type}" for c in self.plan.node_claims)
         return (f"remove {removed}" + (f"; launch {launched}" if launched else "")
                 + f"; saves {self.plan.cost.savings:.4f} $/h, {self.plan.disruption.evictions} eviction(s)")
-
-
-def still_valid(decision: Decision, state: ClusterState) -> str:
-    """'' when ``decision`` still holds in ``state`` (fresh, after the validation wait); else why not."""
-    removed = []
-    for removal in decision.plan.remove:
-        node = state.state(removal.node)
-        if node is None:
-            return f"node {removal.node} is gone"
-        if not node.candidate:
-            return f"node {removal.node} is no longer a candidate: {node.blocked or 'no reason to remove it'}"
-        if node.reason != removal.reason:
-            return f"node {removal.node} is now {node.reason}, was {removal.reason}"
-        removed.append(node)
-    # a pod that left (a scale-down finishing) asks less of the decision: one fewer eviction, more room where
-    # pods move; only a pod that arrived on a node the decision removes or fills can break it
-    now = pods_by_node(state)
-    for name, pods in decision.pods.items():
-        if not now.get(name, frozenset()) <= pods:
-            return f"the pods on node {name} changed: {len(now.get(name, frozenset()) - pods)} arrived"
-    for excess in state.excesses(removed):
-        if excess.limit is not None:
-            return (f"NodePool {excess.name} budget now allows {excess.allowed} disruption(s), the decision needs "
-                    f"{excess.used}")
-        return (f"PodDisruptionBudget {excess.name} now allows {excess.allowed} eviction(s), the decision needs "
-                f"{excess.used}")
-    return ""
 
 
 @dataclass
@@ -376,31 +348,36 @@ class Disruption:
                  nodepool=",".join(sorted({r.node_pool for r in decision.plan.remove})))
         if not self._wait(self.options.validation_wait):
             return PassRecord(started, "stopped", "before validation", plan=plan)
-        why = self._revalidate(decision) or self.busy()
-        if why:
+        held = self._revalidate(decision)
+        why = held.why or self.busy()
+        if why or held.plan is None:
+            if self._metrics is not None:
+                self._metrics.failed_validations.labels(decision.consolidation_type).inc(len(decision.plan.remove))
             return self._abandon(started, decision, "validation", why, tainted=False)
-        return self._execute(started, decision)
+        if held.replaced:
+            log.info(f"consolidation decision still valid; {len(held.replaced)} pod(s) placed anew by the "
+                     f"re-simulation, e.g. {held.replaced[0]}", node=",".join(r.node for r in held.plan.remove))
+        return self._execute(started, Decision(plan=held.plan, claims=decision.claims,
+                                               replacements=decision.replacements))
 
     def _consolidate_options(self) -> ConsolidateOptions:
         o = self.options
         return ConsolidateOptions(time_limit=o.time_limit, now=self._now(), seed=o.seed, workers=o.workers,
                                   spot_to_spot=o.spot_to_spot)
 
-    def _revalidate(self, decision: Decision) -> str:
+    def _revalidate(self, decision: Decision) -> Revalidation:
+        """The decision as it holds on a fresh snapshot (Karpenter's candidate re-check and re-simulation)."""
         orphans = sorted(node for node, claim in decision.claims.items() if not claim)
         if orphans:
-            return f"node {orphans[0]} has no NodeClaim: not ours to remove"
+            return Revalidation(None, f"node {orphans[0]} has no NodeClaim: not ours to remove")
         snapshot = self._snapshot()
-        return still_valid(decision, analyse(snapshot, self._now()))
+        now = self._now()
+        return revalidate(decision.plan, snapshot, analyse(snapshot, now), now, spot_to_spot=self.options.spot_to_spot)
 
     def _decision(self, result: ConsolidationResult, snapshot: Snapshot) -> Decision:
         plan = result.plan
         claims = {claim_node_name(c): str(c["metadata"]["name"]) for c in self._cache.items("NodeClaim")}
-        replacement_names = {c.name for c in plan.node_claims}
-        involved = {r.node for r in plan.remove} | {m.to for m in plan.moves if m.to not in replacement_names}
-        before = pods_by_node(result.state)
-        decision = Decision(plan=plan, claims={r.node: claims.get(r.node, "") for r in plan.remove},
-                            pods={n: before.get(n, frozenset()) for n in sorted(involved)})
+        decision = Decision(plan=plan, claims={r.node: claims.get(r.node, "") for r in plan.remove})
         uid_of = {p.key: p.uid or p.key for p in snapshot.pods}
         pools: dict[str, NodePool] = {p.name: p for p in snapshot.nodepools}
         replaces = ",".join(r.node for r in plan.remove)

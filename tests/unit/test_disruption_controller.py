@@ -237,12 +237,11 @@ def _pod_pending(cache: ClusterCache) -> Callable[[], None]:
 
 
 @pytest.mark.parametrize(("change", "why"), [
-    (_add_pod_to_every_node, "pods on node"),
     (_budget_to_zero, "budget now allows 0"),
     (_pdb_exhausted, "no longer a candidate: PodDisruptionBudget default/t allows 0"),
     (_target_annotated, "no longer a candidate"),
     (_pod_pending, "pending pod"),
-], ids=["pods-changed", "budget", "pdb", "do-not-disrupt", "not-quiet"])
+], ids=["budget", "pdb", "do-not-disrupt", "not-quiet"])
 def test_validation_abandons_a_decision_the_cluster_no_longer_supports(
         change: Callable[[ClusterCache], Callable[[], None]], why: str) -> None:
     cache = cluster([on_demand_pool(), *keeper_and_target()])
@@ -254,6 +253,18 @@ def test_validation_abandons_a_decision_the_cluster_no_longer_supports(
     assert record.plan is not None and [r.node for r in record.plan.remove] == ["target"]
     assert writer.calls == []  # nothing tainted, launched or deleted
     assert registry.get_sample_value("nodeplan_disruption_abandoned_total", {"cause": "validation"}) == 1
+
+
+def test_pods_that_arrive_and_still_fit_do_not_abandon_the_decision() -> None:
+    """Karpenter re-simulates the candidates' pods on the cluster as it is now (``validation.go``): a pod more
+    on every node, the removed one included, still fits, so the decision goes ahead with the newcomer moved."""
+    cache = cluster([on_demand_pool(), *keeper_and_target()])
+    writer = FakeWriter(cache, _initialized)
+    d, _ = disruption(cache, writer, before_revalidation=_add_pod_to_every_node(cache))
+    record = d.step()
+    assert record.outcome == "disrupted", record.detail
+    assert record.plan is not None
+    assert {m.pod: m.to for m in record.plan.moves} == {"default/t-pod": "keeper", "default/late-target": "keeper"}
 
 
 def test_pdb_allowance_is_rechecked_across_every_removed_node() -> None:
