@@ -46,7 +46,7 @@ from model.disruption import DisruptionPlan
 from model.instancetype import InstanceType
 from model.nodepool import NodePool
 from model.snapshot import Snapshot
-from solver.disruption.candidates import analyse
+from solver.disruption.candidates import ClusterState, analyse
 from solver.disruption.consolidate import ConsolidateOptions
 from solver.disruption.plan import ConsolidationResult, consolidate
 
@@ -55,6 +55,9 @@ log = get_logger(__name__)
 PLURAL = "nodeclaims"
 #: on replacement NodeClaims: the nodes they replace (for people reading ``kubectl get nodeclaims -o yaml``)
 REPLACES_ANNOTATION = "nodeplan.io/replaces"
+#: how long a pass that found nothing stands while the cluster does not change (Karpenter's ConsolidationState
+#: resets after five minutes, for what it cannot watch: prices, instance type availability)
+CONSOLIDATED_FOR = 300.0
 #: blocked-candidate reasons worth an Event (the others — consolidateAfter, not initialized — are transient)
 _ACTIONABLE = ("node has", "pod ", "PodDisruptionBudget", "nominated")
 
@@ -211,6 +214,20 @@ class Decision:
                 + f"; saves {self.plan.cost.savings:.4f} $/h, {self.plan.disruption.evictions} eviction(s)")
 
 
+def consolidation_state(snapshot: Snapshot, state: ClusterState) -> tuple[object, ...]:
+    """What a consolidation decision depends on, comparable between passes: every node's standing (reason,
+    blocker, price, the pods it runs), the budgets and PDB allowances in force, the NodePools and the catalog.
+    Karpenter marks its cluster unconsolidated on the same kinds of change (a pod bound or deleted, a node or
+    NodeClaim added, removed, initialized or marked for deletion, a NodePool changed)."""
+    nodes = tuple((n.name, n.reason, n.blocked, n.price, n.disrupting, tuple(sorted(p.key for p in n.pods)))
+                  for n in state.nodes)
+    budgets = tuple(sorted((pool, repr(limits)) for pool, limits in state.budgets.items()))
+    pdbs = tuple(sorted((pdb.key, allowed) for pdb, allowed in state.pdbs))
+    pools = tuple(sorted((p.name, p.model_dump_json()) for p in snapshot.nodepools))
+    catalog = tuple(sorted((t.name, repr(t.offerings)) for t in snapshot.instance_types))
+    return nodes, budgets, pdbs, pools, catalog
+
+
 @dataclass
 class PassRecord:
     """What one pass did (tests, logs)."""
@@ -257,6 +274,9 @@ class Disruption:
         self._stop = threading.Event()
         self._heartbeat: Callable[[], None] = lambda: None
         self.history: list[PassRecord] = []
+        #: the cluster as the last pass that found nothing saw it, and when (``_consolidated``)
+        self._nothing_seen: tuple[object, ...] | None = None
+        self._nothing_at = 0.0
 
     # -- the loop -----------------------------------------------------------------------------------------
     def run(self, stop: threading.Event, heartbeat: Callable[[], None] = lambda: None,
@@ -330,6 +350,9 @@ class Disruption:
         snapshot = self._snapshot()
         if not snapshot.nodepools:
             return PassRecord(started, "nothing", "no NodePool")
+        seen = consolidation_state(snapshot, analyse(snapshot, self._now()))
+        if self._consolidated(seen):
+            return PassRecord(started, "nothing", "consolidated: nothing changed since the last pass")
         t0 = time.monotonic()
         result = consolidate(snapshot, self._consolidate_options())
         if self._metrics is not None:
@@ -341,6 +364,7 @@ class Disruption:
             for node in result.state.nodes:
                 if node.blocked:
                     blocked[node.blocked.split(" ")[0]] = blocked.get(node.blocked.split(" ")[0], 0) + 1
+            self._nothing_seen, self._nothing_at = seen, time.monotonic()
             return PassRecord(started, "nothing", plan.solver.status, plan=plan, blocked=blocked)
         decision = self._decision(result, snapshot)
         log.info(f"consolidation decision: {decision.describe()}; validating in {self.options.validation_wait:.0f}s",
@@ -359,6 +383,11 @@ class Disruption:
                      f"re-simulation, e.g. {held.replaced[0]}", node=",".join(r.node for r in held.plan.remove))
         return self._execute(started, Decision(plan=held.plan, claims=decision.claims,
                                                replacements=decision.replacements))
+
+    def _consolidated(self, seen: tuple[object, ...]) -> bool:
+        """Did the last pass find nothing in this very cluster (Karpenter's ``IsConsolidated``)? Then this pass
+        would find nothing again, and solving it was most of the controller's CPU while a cluster sat idle."""
+        return seen == self._nothing_seen and time.monotonic() - self._nothing_at < CONSOLIDATED_FOR
 
     def _consolidate_options(self) -> ConsolidateOptions:
         o = self.options

@@ -435,3 +435,43 @@ def test_a_lasting_failure_is_reported_once() -> None:
     stop.set()
     thread.join(5)
     assert [str(e) for e in errors] == ["unreadable cluster"]
+
+
+def test_a_cluster_that_has_not_changed_since_a_pass_found_nothing_is_not_solved_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Karpenter's ``IsConsolidated``: a pass that found nothing stands until the cluster changes; the change
+    (here the node's do-not-disrupt annotation removed) makes the next pass solve, and it consolidates."""
+    import controller.disruption as module
+    solved: list[int] = []
+    real = module.consolidate
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        solved.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "consolidate", counting)
+    cache = cluster([on_demand_pool(), *keeper_and_target()])
+    _target_annotated(cache)()
+    writer = FakeWriter(cache, _initialized)
+    d, _ = disruption(cache, writer)
+    assert d.step().outcome == "nothing" and len(solved) == 1
+    second = d.step()
+    assert second.outcome == "nothing" and "consolidated" in second.detail and len(solved) == 1
+    node = copy.deepcopy(cache.informers["Node"].get("target"))
+    assert node is not None
+    del node["metadata"]["annotations"][wk.DO_NOT_DISRUPT]
+    cache.upsert("Node", node)
+    assert d.step().outcome == "disrupted" and len(solved) == 2
+
+
+def test_a_pass_that_found_nothing_is_solved_again_after_five_minutes() -> None:
+    """What no watch shows (prices, capacity) may change: Karpenter's consolidation state resets after 5 min."""
+    import controller.disruption as module
+    cache = cluster([on_demand_pool(), *keeper_and_target()])
+    _target_annotated(cache)()
+    d, _ = disruption(cache, FakeWriter(cache, _initialized))
+    d.step()
+    d._nothing_at -= module.CONSOLIDATED_FOR - 5  # the pass found nothing a little under five minutes ago
+    assert "consolidated" in d.step().detail
+    d._nothing_at -= 10
+    assert "consolidated" not in d.step().detail
