@@ -14,17 +14,20 @@ copies of each. Cached objects are therefore read-only: a reader that changes on
 
 What is kept of a Pod is what ``model.pod.Pod.parse`` reads plus what the controller reads itself (PodScheduled
 reason, priorityClassName, tolerations for drains, deletionTimestamp); ``tests/unit/test_decode.py`` checks the
-parsed Pod and Node are the same either way. ``PodParser`` and ``NodeParser`` parse once per shape, so the models
-of replicas (one ``model.pod.PodShape``) and of Nodes of one type share everything but their identity.
+parsed Pod and Node are the same either way. ``PodParser`` (``model.podshapes.PodShapes``, bounded) and
+``NodeParser`` parse once per shape, so the models of replicas (one ``model.pod.PodShape``) and of Nodes of one
+type share everything but their identity.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
+
+from model.podshapes import PodShapes, ShapeTable
 
 Object = dict[str, Any]
 #: kubectl apply's copy of the whole object: no rule reads it, and it is as large as the object
@@ -312,64 +315,16 @@ def _event_type(item: Any) -> Any:
     return msgspec.defstruct("Event", [("type", Any, None), ("object", item | None, None)])
 
 
-class _ShapeParser:
-    """A model parser that parses once per shape: objects whose fields match but for their identity share one
-    parsed model, copied with their identity; the shapes kept are bounded like ``Shared``."""
-
-    def __init__(self, limit: int) -> None:
-        self._shapes: dict[tuple[bytes, bytes, bytes], Any] = {}
-        self._limit = limit
-        self._encode = msgspec.json.Encoder().encode
-
-    def _model(self, key: tuple[bytes, bytes, bytes], raw: Mapping[str, Any], parse: Callable[[Any], Any],
-               identity: Mapping[str, Any]) -> Any:
-        shape = self._shapes.get(key)
-        if shape is None:
-            shape = parse(raw)
-            if len(self._shapes) >= self._limit:
-                self._shapes.clear()
-            self._shapes[key] = shape
-        model = shape.model_copy(update=identity)
-        # every copy names the same fields as set: share the shape's set instead of one per object
-        object.__setattr__(model, "__pydantic_fields_set__", shape.__pydantic_fields_set__)
-        return model
-
-
-class PodParser(_ShapeParser):
-    """``model.pod.Pod.parse`` once per pod shape: replicas differ only in name, uid, node, creation and start
-    time, so a pod whose other fields match an earlier one's is that pod's model with those five replaced — the
-    same model ``Pod.parse`` builds (``tests/unit/test_decode.py``), in microseconds instead of a millisecond,
-    sharing every other value. Bounded like ``Shared``."""
-
-    #: per-pod string fields and the Pod field each one becomes
-    IDENTITY = (("metadata", "name", "name"), ("metadata", "uid", "uid"),
-                ("metadata", "creationTimestamp", "created"), ("spec", "nodeName", "node_name"),
-                ("status", "startTime", "started"))
+class PodParser(PodShapes):
+    """``model.podshapes.PodShapes`` for the watch cache: replicas share one parsed model (one ``PodShape``),
+    each copied with its own identity; bounded like ``Shared``, since a long-running cache sees shapes come and
+    go."""
 
     def __init__(self, limit: int = 20_000) -> None:
         super().__init__(limit)
 
-    def __call__(self, raw: Mapping[str, Any]) -> Any:
-        from model.pod import Pod
 
-        sections = [raw.get(name) for name in ("metadata", "spec", "status")]
-        if not all(isinstance(part, dict) or part is None for part in sections):
-            return Pod.parse(raw)  # not an API object: the parser names the bad field
-        meta, spec, status = (part or {} for part in sections)
-        update = {}
-        for section, field, attr in self.IDENTITY:
-            value = {"metadata": meta, "spec": spec, "status": status}[section].get(field)
-            if value is not None and not isinstance(value, str):
-                return Pod.parse(raw)
-            update[attr] = value or ""
-        key = (self._encode({k: v for k, v in meta.items() if k not in ("name", "uid", "resourceVersion",
-                                                                           "creationTimestamp")}),
-               self._encode({k: v for k, v in spec.items() if k != "nodeName"}),
-               self._encode({k: v for k, v in status.items() if k != "startTime"}))
-        return self._model(key, raw, Pod.parse, update)
-
-
-class NodeParser(_ShapeParser):
+class NodeParser(ShapeTable):
     """``model.node.Node.parse`` once per node shape: Nodes of one instance type differ in name, labels,
     providerID and creation time, so a Node whose other fields match an earlier one's is that Node's model with
     those four replaced — the same model (``tests/unit/test_decode.py``), sharing its taints, annotations and
@@ -395,7 +350,7 @@ class NodeParser(_ShapeParser):
                self._encode([spec.get("taints"), spec.get("unschedulable")]),
                self._encode([status.get("capacity"), status.get("allocatable"), _condition_states(status)]))
         name, created, provider = identity
-        return self._model(key, raw, Node.parse, {"name": name or "", "labels": dict(labels),
+        return self.model(key, raw, Node.parse, {"name": name or "", "labels": dict(labels),
                                                    "provider_id": provider or "", "created": created or ""})
 
 

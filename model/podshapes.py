@@ -1,7 +1,9 @@
-"""Pods of one file parsed once per shape: a Deployment's 10,000 replicas, or Karpenter's benchmark pods drawn
-from 30 request sizes, differ only in their identity, so ``Pod.parse`` (about a millisecond of validation and
-model building) runs once per shape and every other pod is that pod's model with its identity replaced — the
-same model, sharing its ``PodShape`` (100,000 benchmark pods load in seconds instead of a minute).
+"""Pods parsed once per shape: a Deployment's 10,000 replicas, or Karpenter's benchmark pods drawn from 30
+request sizes, differ only in their identity, so ``Pod.parse`` (about a millisecond of validation and model
+building) runs once per shape and every other pod is that pod's model with its identity replaced — the same
+model, sharing its ``PodShape`` (100,000 benchmark pods load in seconds instead of a minute). A snapshot load
+and the controller's watch cache (``controller.decode.PodParser``, bounded) both parse pods through
+``PodShapes``.
 
 The key is exactly what ``Pod.parse`` reads besides the identity: metadata's namespace, labels, annotations,
 owner references and deletion timestamp; the whole spec but ``nodeName``; status' phase, nominated node and
@@ -11,7 +13,7 @@ split shapes. ``tests/unit/test_podshapes.py`` checks that the models equal ``Po
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 import msgspec
@@ -27,14 +29,37 @@ IDENTITY = (("metadata", "name", "name"), ("metadata", "uid", "uid"), ("metadata
             ("spec", "nodeName", "node_name"), ("status", "startTime", "started"))
 
 
-class PodShapes:
-    """``Pod.parse`` once per shape, for one load. Anything unusual (a section that is not an object, an identity
-    field that is not a string, a value the key encoder refuses) goes to ``Pod.parse`` itself, which names the
-    bad field; a shape whose parse fails is not kept, so every pod of it reports its own error."""
+class ShapeTable:
+    """Parsed models by shape: the first object of a shape is parsed, every later one is that model copied with
+    its own identity. ``limit`` bounds the shapes kept (a long-running watch cache sees shapes come and go): past
+    it the table starts again, which only loses sharing for what is parsed next. A shape whose parse fails is not
+    kept, so every object of it reports its own error."""
 
-    def __init__(self) -> None:
-        self._models: dict[bytes, Pod] = {}
+    def __init__(self, limit: int | None = None) -> None:
+        self._models: dict[Hashable, Any] = {}
+        self._limit = limit
         self._encode = msgspec.json.Encoder().encode
+
+    def model(self, key: Hashable, raw: Mapping[str, Any], parse: Callable[[Any], Any],
+              identity: Mapping[str, Any]) -> Any:
+        shape = self._models.get(key)
+        if shape is None:
+            shape = parse(raw)
+            if self._limit is not None and len(self._models) >= self._limit:
+                self._models.clear()
+            self._models[key] = shape
+        copied = shape.model_copy(update=identity)
+        # every copy names the same fields as set: share the first one's set instead of one per object
+        object.__setattr__(copied, "__pydantic_fields_set__", shape.__pydantic_fields_set__)
+        return copied
+
+    def __len__(self) -> int:
+        return len(self._models)
+
+
+class PodShapes(ShapeTable):
+    """``Pod.parse`` once per shape. Anything unusual (a section that is not an object, an identity field that is
+    not a string, a value the key encoder refuses) goes to ``Pod.parse`` itself, which names the bad field."""
 
     def __call__(self, raw: Mapping[str, Any]) -> Pod:
         sections = (raw.get("metadata"), raw.get("spec"), raw.get("status"))
@@ -55,10 +80,5 @@ class PodShapes:
                 [status.get(name) for name in STATUS_READ]))
         except (TypeError, ValueError, OverflowError, msgspec.EncodeError):
             return Pod.parse(raw)
-        model = self._models.get(key)
-        if model is None:
-            model = self._models[key] = Pod.parse(raw)
-        copied = model.model_copy(update=update)
-        # every copy names the same fields as set: share the first one's set instead of one per pod
-        object.__setattr__(copied, "__pydantic_fields_set__", model.__pydantic_fields_set__)
-        return copied
+        model: Pod = self.model(key, raw, Pod.parse, update)
+        return model

@@ -43,7 +43,7 @@ def decode(problem: Problem, bins: list[Bin], chosen: dict[Pattern, int]) -> Pla
 def shrink(problem: Problem, placement: Placement) -> Placement:
     """Move each new node to the cheapest template of its pool that still holds its pods and admits
     every class on it, without using more of any NodePool limit or matching fewer preferences."""
-    class_of = {pod.key: c.index for c in problem.classes for pod in c.pods}
+    class_of = problem.class_of()
     prices = np.array([t.price_micros for t in problem.templates], dtype=np.int64)
     # each pool's templates cheapest first (ties by sort key): only the prefix cheaper than a node's
     # current template is worth testing, and the first that passes is the answer
@@ -60,9 +60,10 @@ def shrink(problem: Problem, placement: Placement) -> Placement:
         idx = order[: int(np.searchsorted(pool_prices[current.pool.name], current.price_micros, side="left"))]
         if not len(idx):
             continue
-        counts = np.bincount([class_of[p.key] for p in node.pods], minlength=len(problem.classes))
-        load = (counts // units) @ problem.sizes
-        ks = np.flatnonzero(counts)
+        # the classes on the node and their pods (not a count per class of the batch: thousands of classes)
+        ks, counts = np.unique(np.fromiter((class_of[p.key] for p in node.pods), np.int64, len(node.pods)),
+                               return_counts=True)
+        load = (counts // units[ks]) @ problem.sizes[ks]
         ok = np.all(problem.template_alloc[idx] >= load, axis=1) & np.all(problem.template_ok[np.ix_(ks, idx)],
                                                                             axis=0)
         # never trade away a preferred node-affinity match the node had

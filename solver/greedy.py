@@ -217,7 +217,7 @@ class GreedyScheduler:
         places every pod through Karpenter's per-pod loop (the reference the tests compare against)."""
         self.p = problem
         self.batch_runs = batch_runs
-        self.class_of: dict[str, int] = {pod.key: c.index for c in problem.classes for pod in c.pods}
+        self.class_of = problem.class_of()
         self.by_pool: list[np.ndarray] = []
         for pool in problem.pools:
             idx = [t for t, tmpl in enumerate(problem.templates) if tmpl.pool.name == pool.name]
@@ -246,6 +246,8 @@ class GreedyScheduler:
         #: class → claims none of whose remaining candidates admits it (candidates only narrow: only grows)
         self.refuses: dict[int, set[int]] = {}
         self._axes: dict[int, list[int]] = {}
+        #: ``template_alloc`` one contiguous row per axis: a test reads only the axes a class uses
+        self._by_axis = np.ascontiguousarray(problem.template_alloc.T)
         self._openings: dict[tuple[int, int, bool], _Opening] = {}
         #: Karpenter's device allocator, when some pod has claims
         self.devices = DeviceTracker(problem) if any(p.resource_claims for c in problem.classes for p in c.pods) \
@@ -266,15 +268,27 @@ class GreedyScheduler:
                 return int(e)
         return None
 
+    def _used_axes(self, c: int) -> list[int]:
+        """The axes a pod of class ``c`` requests something on."""
+        axes = self._axes.get(c)
+        if axes is None:
+            axes = self._axes[c] = np.flatnonzero(self.p.sizes[c] > 0).tolist()
+        return axes
+
     def _holds(self, capacity: np.ndarray, c: int, size: np.ndarray) -> np.ndarray:
         """Which columns of ``capacity`` (axes × columns, never below zero: a claim's room) hold a pod of class
         ``c``, reading only the axes it uses (an axis it does not use holds it anyway)."""
-        axes = self._axes.get(c)
-        if axes is None:
-            axes = self._axes[c] = np.flatnonzero(size > 0).tolist()
         held = np.ones(capacity.shape[1], dtype=bool)
-        for a in axes:
+        for a in self._used_axes(c):
             held &= capacity[a] >= size[a]
+        return held
+
+    def _templates_hold(self, cand: np.ndarray, c: int, total: np.ndarray) -> np.ndarray:
+        """Which templates ``cand`` (each already holding a claim's requests) hold ``total``, the requests with
+        more pods of class ``c``: only the axes the class uses can rule one out."""
+        held = np.ones(len(cand), dtype=bool)
+        for a in self._used_axes(c):
+            held &= self._by_axis[a, cand] >= total[a]
         return held
 
     def _fits(self, c: int, size: np.ndarray, n: int) -> np.ndarray:
@@ -297,7 +311,8 @@ class GreedyScheduler:
                 claim.admits.add(c)
             if c in claim.admits:
                 return cand
-        keep = self.p.template_ok[c, cand] & np.all(self.p.template_alloc[cand] >= total, axis=1)
+        # every candidate already holds the claim's requests: only the axes this pod adds to can rule one out
+        keep = self.p.template_ok[c, cand] & self._templates_hold(cand, c, total)
         if prefer:
             keep &= self.p.template_heaviest[c, cand]
         narrowed: np.ndarray = cand[keep]
@@ -448,7 +463,7 @@ class GreedyScheduler:
             claim = claims[i]
             total = claim.requests + len(more) * size
             cand = claim.candidates
-            narrowed = cand[self.p.template_ok[c, cand] & (self.p.template_alloc[cand] >= total).all(axis=1)]
+            narrowed = cand[self.p.template_ok[c, cand] & self._templates_hold(cand, c, total)]
             changed = len(narrowed) != len(cand)
             claim.candidates, claim.requests = narrowed, total
             self._record(i, claim, more, changed)
@@ -461,8 +476,13 @@ class GreedyScheduler:
         if not admits.any():
             self.refuses.setdefault(c, set()).add(i)
             return 0
-        free = self.p.template_alloc[cand[admits]] - claim.requests
-        return max(int(_copies_each(free, size).max()), 0)
+        holding = cand[admits]
+        most: np.ndarray | None = None  # per candidate, the copies its free room takes on every axis used
+        for a in self._used_axes(c):
+            copies = (self._by_axis[a, holding] - claim.requests[a]) // size[a]
+            most = copies if most is None else np.minimum(most, copies)
+        assert most is not None  # every pod uses the ``pods`` axis
+        return max(int(most.max()), 0)
 
     def _place_each(self, pods: list[Pod], c: int, queue: list[Pod], claims: list[_Claim], placement: Placement,
                     placed_bundles: set[int]) -> None:

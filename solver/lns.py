@@ -28,7 +28,7 @@ import numpy as np
 
 from solver.bins import Bin
 from solver.compact import solve_compact
-from solver.patterns import Pattern, copies_matrix, greedy_pricing
+from solver.patterns import Pattern, complete, copies_matrix, density_order, fill_listed, greedy_pricing
 
 #: bins whose fill ``construct`` tries at each step (the cheapest per unit of value first)
 SHORTLIST = 6
@@ -41,14 +41,17 @@ NEIGHBOURHOODS = (4, 8, 12, 6)
 REPACK_SECONDS = 1.0
 
 
-def class_values(bins: list[Bin], sizes: np.ndarray) -> np.ndarray:
+def class_values(bins: list[Bin], sizes: np.ndarray, copies: np.ndarray | None = None) -> np.ndarray:
     """A price per class unit: the cheapest bin's cost times the largest share of its capacity the unit
-    takes (what a node full of such pods charges each). Classes no bin holds get 0."""
+    takes (what a node full of such pods charges each). Classes no bin holds get 0. ``copies``: the
+    bins' ``copies_matrix`` when the caller has it (classes × bins)."""
     if not bins:
         return np.zeros(len(sizes))
     capacity = np.array([b.capacity for b in bins], dtype=float)
     costs = np.array([float(b.cost) for b in bins])
-    holds = (copies_matrix(capacity.astype(np.int64), sizes) > 0) & np.array([b.compatible for b in bins]).T
+    if copies is None:
+        copies = copies_matrix(capacity.astype(np.int64), sizes)
+    holds = (copies > 0) & np.array([b.compatible for b in bins]).T
     share = np.zeros((len(sizes), len(bins)))
     for r in range(sizes.shape[1]):  # axis by axis: (classes × bins) at a time, not × axes
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -76,29 +79,31 @@ def construct(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, limits: di
     """Patterns covering as much of ``demand`` as the time allows (the caller places what is left, as a
     cut-short dive's rest is placed: ``greedy.finish_greedily``)."""
     remaining = demand.astype(np.int64).copy()
-    values = class_values(bins, sizes)
     room = dict(limits)
     existing_left = {b.index: int(b.count or 0) for b in bins if b.existing}
     capacity = np.array([b.capacity for b in bins], dtype=float) if bins else np.zeros((0, sizes.shape[1]))
     costs = np.array([float(b.cost) for b in bins])
     compatible = np.array([b.compatible for b in bins], dtype=bool).reshape(len(bins), len(demand))
-    fit = copies_matrix(capacity.astype(np.int64), sizes).T * compatible
+    held = copies_matrix(capacity.astype(np.int64), sizes)
+    values = class_values(bins, sizes, held)
+    fit = held.T * compatible
     # each bin's worth (``_estimate``), kept up to date class by class: only the classes a pattern takes change
     worth = np.minimum(fit, remaining[None, :]).astype(float) @ values
+    pricer = _Pricer(bins, sizes, values, fit)
     chosen: dict[Pattern, int] = {}
     last: tuple[float, int] | None = None  # the score and bin of the last pattern taken
     while remaining.any():
         if time.monotonic() > deadline:
             return chosen
-        live_values = np.where(remaining > 0, values, 0.0)
+        listed = remaining.tolist()
 
-        def price(i: int, live_values: np.ndarray = live_values, remaining: np.ndarray = remaining
+        def price(i: int, remaining: np.ndarray = remaining, listed: list[int] = listed
                   ) -> tuple[float, int, np.ndarray] | None:
             """(cost per value, bin, pattern) of the best fill of bin ``i``, None if it can take nothing."""
             b = bins[i]
             if (b.existing and existing_left[i] <= 0) or (not b.existing and _limit_room(bins, limits, b, room) <= 0):
                 return None
-            counts = greedy_pricing(b, sizes, live_values, remaining)
+            counts = pricer.price(i, remaining, listed)
             value = float(values @ counts)
             return (b.cost / value, i, counts) if value > 0 else None
 
@@ -150,6 +155,35 @@ def construct(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, limits: di
             worth -= (np.minimum(column, remaining[k]) - np.minimum(column, remaining[k] - take[k])) * values[k]
         remaining -= take
     return chosen
+
+
+class _Pricer:
+    """``patterns.greedy_pricing`` for the construction, the same fills in less time: the construction's values
+    are fixed and only which classes have demand left changes, so each bin's density orders (one per fill) are
+    sorted once, less the classes it does not admit or hold even empty, and each fill keeps those with demand
+    left — the order ``greedy_pricing`` sorts again from the live values at every call (thousands of classes
+    made that sort, not the fill, the cost)."""
+
+    def __init__(self, bins: list[Bin], sizes: np.ndarray, values: np.ndarray, fit: np.ndarray) -> None:
+        self.bins, self.sizes, self.values, self.fit = bins, sizes, values, fit
+        self.orders: dict[int, list[np.ndarray]] = {}
+        self.axes: tuple[int | None, ...] = tuple(a for a in (None, 0, 1) if a is None or a < sizes.shape[1])
+
+    def price(self, i: int, remaining: np.ndarray, listed: list[int]) -> np.ndarray:
+        b = self.bins[i]
+        orders = self.orders.get(i)
+        if orders is None:
+            holds = self.fit[i] > 0
+            orders = self.orders[i] = [order[holds[order]] for order in (
+                np.array(density_order(b, self.sizes, self.values, axis), dtype=np.int64) for axis in self.axes)]
+        best = np.zeros(len(self.sizes), dtype=np.int64)
+        best_value = 0.0
+        for order in orders:
+            counts = fill_listed(b.capacity.tolist(), self.sizes, listed, order[remaining[order] > 0].tolist())
+            value = float(self.values @ counts)
+            if value > best_value + 1e-9:
+                best, best_value = counts, value
+        return complete(b, self.sizes, remaining, best)
 
 
 @dataclass

@@ -108,21 +108,36 @@ def _take(free: list[int], row: list[tuple[int, int]], n: int) -> None:
 
 def fill(b: Bin, sizes: np.ndarray, values: np.ndarray, limit: np.ndarray, order: list[int]) -> np.ndarray:
     """Greedy fill of ``b`` taking classes in ``order``, each up to ``limit``."""
-    _, rows, floors = _sparse(sizes)
-    counts = [0] * len(rows)
-    free = b.capacity.tolist()
-    limits = limit.tolist()
     compatible = b.compatible.tolist()
+    return fill_listed(b.capacity.tolist(), sizes, limit.tolist(), [k for k in order if compatible[k]])
+
+
+def fill_listed(free: list[int], sizes: np.ndarray, limits: list[int], order: list[int]) -> np.ndarray:
+    """``fill`` on plain lists (``free`` is used up): classes in ``order`` (all admitted), each up to
+    ``limits``. Callers that fill many bins against one demand convert it to a list once; thousands of
+    classes make those conversions, not the fill, the cost."""
+    _, rows, floors = _sparse(sizes)
+    taken: list[int] = []
+    amounts: list[int] = []
     for k in order:
-        if limits[k] <= 0 or not compatible[k]:
-            continue
-        n = min(int(limits[k]), _fits(free, rows[k]))
+        n = int(limits[k])
+        # ``_fits`` inlined, capped at the limit: this loop visits millions of classes at 50,000 pods
+        for r, z in rows[k]:
+            f = free[r]
+            if f < z:
+                n = 0
+                break
+            if f // z < n:
+                n = f // z
         if n > 0:
-            counts[k] = n
+            taken.append(k)
+            amounts.append(n)
             _take(free, rows[k], n)
             if _full(free, floors):
                 break
-    return np.array(counts, dtype=np.int64)
+    counts = np.zeros(len(rows), dtype=np.int64)
+    counts[taken] = amounts
+    return counts
 
 
 def density_order(b: Bin, sizes: np.ndarray, values: np.ndarray, axis: int | None = None) -> list[int]:

@@ -74,6 +74,15 @@ class Problem:
     conservative_by: dict[str, list[str]] = field(default_factory=dict)
     #: why a family closed nodes to a class (family name → class index → reason), for ``explain``
     closed_because: dict[str, dict[int, str]] = field(default_factory=dict)
+    #: ``class_of``'s table, made on first use (a copy made by ``dataclasses.replace`` makes its own)
+    _class_index: dict[str, int] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def class_of(self) -> dict[str, int]:
+        """Each pending pod's class index by pod key, built once: greedy, decoding, shrinking and scoring all
+        read it (50,000 pod keys a stage otherwise). Read-only."""
+        if self._class_index is None:
+            self._class_index = {pod.key: c.index for c in self.classes for pod in c.pods}
+        return self._class_index
 
     def selection_labels_ok(self, c: int, t: int) -> bool:
         """Labels only (no taints): used to tell a person which rule refused a pod."""

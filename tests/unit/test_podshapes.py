@@ -67,3 +67,16 @@ def test_snapshot_loading_shares_shapes() -> None:
     assert len({id(p.shape) for p in snapshot.pods}) == 1
     assert [p.name for p in snapshot.pods] == [f"web-{i}" for i in range(50)]
     assert len({p.uid for p in snapshot.pods}) == 50  # each keeps its own identity
+
+
+def test_a_bounded_table_starts_again_and_every_model_is_still_its_own_parse() -> None:
+    """The watch cache's parser (``controller.decode.PodParser``) is this table with a bound: past it the
+    shapes are forgotten, which may only cost sharing, never a wrong model."""
+    from controller.decode import PodParser
+
+    shapes = PodParser(limit=2)
+    raws = [_replica(f"web-{i}", metadata__labels={"app": f"app-{i % 3}"}) for i in range(9)]
+    models = [shapes(raw) for raw in raws]
+    assert models == [Pod.parse(raw) for raw in raws]
+    assert len(shapes) <= 2
+    assert models[0].shape is not models[3].shape  # app-0's shape was forgotten after app-1 and app-2
