@@ -28,10 +28,16 @@ from controller.drain import Drainer
 from controller.logs import claim_fields, get_logger
 from controller.metrics import Metrics
 from controller.offerings import UnavailableOfferings
-from controller.provisioner import may_nominate, nominate, planned_nodes, planned_pod_uids
+from controller.provisioner import (
+    may_nominate,
+    node_allocatable,
+    nominate,
+    planned_nodes,
+    planned_pod_uids,
+    pod_requests,
+)
 from controller.termination import Terminator, claim_node_name
 from model import labels as wk
-from model.errors import InputError
 from model.nodepool import NodeClaim
 from model.resources import Resources
 from providers.fallbacks import planned_offering
@@ -347,12 +353,7 @@ class Lifecycle:
 
     def _rooms(self) -> dict[str, Resources]:
         """Node → allocatable less the requests of the pods bound to it and of the pending pods nominated to it."""
-        room: dict[str, Resources] = {}
-        for raw in self._cache.items("Node"):
-            try:
-                room[str(raw["metadata"]["name"])] = self._cache.parsed(raw).allocatable
-            except (InputError, KeyError):
-                continue
+        room = node_allocatable(self._cache)
         for pod in self._cache.items("Pod"):
             if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                 continue
@@ -363,10 +364,7 @@ class Lifecycle:
         return room
 
     def _requests(self, pod: Mapping[str, Any]) -> Resources | None:
-        try:
-            return cast(Resources, self._cache.parsed(pod).requests)
-        except InputError:
-            return None
+        return pod_requests(self._cache, pod)
 
     def _reserving(self, raw: Mapping[str, Any]) -> bool:
         """Registered, and not initialized longer than ``bind_grace`` ago: its pods are still expected."""

@@ -138,6 +138,25 @@ def covered_pods(claims: Iterable[Mapping[str, Any]], now: float, bind_grace: fl
     return out
 
 
+def node_allocatable(cache: ClusterCache) -> dict[str, Resources]:
+    """Node name → its allocatable, for every readable Node in the cache."""
+    out: dict[str, Resources] = {}
+    for node in cache.items("Node"):
+        try:
+            out[str(node["metadata"]["name"])] = cache.parsed(node).allocatable
+        except (InputError, KeyError):
+            continue
+    return out
+
+
+def pod_requests(cache: ClusterCache, pod: Mapping[str, Any]) -> Resources | None:
+    """The pod's effective requests (the cache's parsed model); None when the pod cannot be read."""
+    try:
+        return cast(Resources, cache.parsed(pod).requests)
+    except InputError:
+        return None
+
+
 def displaced_pods(claims: Iterable[Mapping[str, Any]], allocatable: Mapping[str, Resources],
                    pods: Iterable[Mapping[str, Any]], requests: Callable[[Mapping[str, Any]], Resources | None]
                    ) -> set[str]:
@@ -402,19 +421,8 @@ class Provisioner:
         claims = [c for c in self._cache.items("NodeClaim") if reserving(c, now, self._options.bind_grace)]
         if not claims:
             return set()
-        allocatable: dict[str, Resources] = {}
-        for node in self._cache.items("Node"):
-            try:
-                allocatable[str(node["metadata"]["name"])] = self._cache.parsed(node).allocatable
-            except (InputError, KeyError):
-                continue
-        return displaced_pods(claims, allocatable, self._cache.items("Pod"), self._requests)
-
-    def _requests(self, pod: Mapping[str, Any]) -> Resources | None:
-        try:
-            return cast(Resources, self._cache.parsed(pod).requests)
-        except InputError:
-            return None
+        return displaced_pods(claims, node_allocatable(self._cache), self._cache.items("Pod"),
+                              lambda pod: pod_requests(self._cache, pod))
 
     def covered(self) -> dict[str, str]:
         """Pod UID → the in-flight NodeClaim that holds room for it (``covered_pods``, less the displaced)."""
