@@ -525,10 +525,11 @@ class Provisioner:
         pools = {np.name: np for np in snapshot.nodepools}
         pods = {p.key: p for p in snapshot.pods}
         bodies: list[dict[str, Any]] = []
+        displaced = self.displaced() if plan.node_claims else set()
         for planned in plan.node_claims:
             uids = [uid_of[k] for k in planned.pods if k in uid_of]
             if uids:
-                name = next(self._names(planned, uids))
+                name = next(self._names(planned, uids, displaced))
                 record.claims[name] = planned
                 fallbacks = fallback_types(planned, pools[planned.node_pool], catalog,
                                            (pods[k] for k in planned.pods if k in pods))
@@ -547,10 +548,11 @@ class Provisioner:
         record, bodies = self.plan(batch)
         plan = record.plan
         uid_of = {k: (p.get("metadata") or {}).get("uid", "") for k, p in batch.items()}
+        displaced = self.displaced() if bodies else set()  # once: the batch's own claims join no Node meanwhile
         for body in bodies:
             planned_name = body["metadata"]["name"]
             planned = record.claims[planned_name]
-            name, created = self._create(body, planned, planned_pod_uids(body))
+            name, created = self._create(body, planned, planned_pod_uids(body), displaced)
             if name != planned_name:
                 record.claims[name] = record.claims.pop(planned_name)
             if created is not None:
@@ -617,7 +619,7 @@ class Provisioner:
             log.info(f"{len(uids)} pod(s) join the in-flight nodeclaim", nodeclaim=name,
                      nodepool=((claim.get("metadata") or {}).get("labels") or {}).get(wk.NODEPOOL, ""))
 
-    def _names(self, planned: PlannedNodeClaim, uids: Sequence[str]) -> Iterator[str]:
+    def _names(self, planned: PlannedNodeClaim, uids: Sequence[str], displaced: Collection[str]) -> Iterator[str]:
         """The names this decision may take, in order: generation 0 first, skipping every name the cache shows
         taken by a claim that does not hold these pods (one initialized past the bind grace whose room the
         scheduler gave away, a failed launch, one being deleted). Without the skip, a pod stranded that way was
@@ -625,20 +627,19 @@ class Provisioner:
         re-solved every batch without ever getting a node."""
         claims = {str((c.get("metadata") or {}).get("name")): c for c in self._cache.items("NodeClaim")}
         now = self._clock()
-        displaced = self.displaced()
         for generation in range(MAX_GENERATIONS):
             name = claim_name(planned.node_pool, planned, uids, generation)
             claim = claims.get(name)
             if claim is None or holds(claim, uids, now, self._options.bind_grace, displaced):
                 yield name
 
-    def _create(self, body: dict[str, Any], planned: PlannedNodeClaim, uids: Sequence[str]
-                ) -> tuple[str, dict[str, Any] | None]:
+    def _create(self, body: dict[str, Any], planned: PlannedNodeClaim, uids: Sequence[str],
+                displaced: Collection[str]) -> tuple[str, dict[str, Any] | None]:
         """Create the claim under the first name free for it: (name, the created object), or (name, None) when a
         claim of that name already holds these pods (a retried create: nothing to launch). A 409 on a name the
         cache did not know is read back, so a claim that holds nothing for these pods is never taken for
         success."""
-        for name in self._names(planned, uids):
+        for name in self._names(planned, uids, displaced):
             body = {**body, "metadata": {**body["metadata"], "name": name}}
             try:
                 created = cast(dict[str, Any], self._custom.create_cluster_custom_object(
@@ -649,7 +650,7 @@ class Provisioner:
                 existing = self._read_claim(name)
                 if existing is not None:
                     self._cache.upsert("NodeClaim", existing)
-                    if holds(existing, uids, self._clock(), self._options.bind_grace, self.displaced()):
+                    if holds(existing, uids, self._clock(), self._options.bind_grace, displaced):
                         log.info("nodeclaim already exists and holds its pods", nodeclaim=name,
                                  nodepool=planned.node_pool)
                         return name, None

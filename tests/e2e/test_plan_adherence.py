@@ -99,11 +99,14 @@ def test_pods_are_bound_to_their_planned_nodes(cluster: Cluster, workspace: clie
     # above: no livelock) and are the scheduler's doing: nodeplan plans a pod again only once the scheduler
     # dropped its nomination (room it no longer keeps, so another pod may have taken it) ...
     assert result.planned >= 0.9 * total
-    # ... or once its planned node has no room left for it (``displaced_pods``): no pod is deleted here, so
-    # room only shrinks and such a pod must not fit beside what that node runs at the end
+    # ... or once its planned node has no room left for it (``displaced_pods``: such a pod cannot fit there beside
+    # what the node runs at the end and what its claim's other pods held) or its claim's bind grace ran out
     nodes = {n["metadata"]["name"]: n for n in (api.sanitize_for_serialization(x) for x in core.list_node().items)}
+    uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
     unexplained = sorted(name for name in result.replanned_pods - set(cleared)
-                         if _fits_on_first_planned_node(name, pods, claims, nodes))
+                         if _fits_on_first_planned_node(name, pods, claims, nodes)
+                         and not _waited_out_bind_grace(name, uids[name], claims, timeline,
+                                                        options.provisioner.bind_grace))
     assert not unexplained, unexplained
     # ... nodeplan never clears a nomination, and the API server clears one when it binds the pod
     # (ClearingNominatedNodeNameAfterBinding, beta and on since 1.35): no bound pod keeps one
@@ -112,23 +115,41 @@ def test_pods_are_bound_to_their_planned_nodes(cluster: Cluster, workspace: clie
     assert statistics.median(seconds) < options.provisioner.solve_time_limit
 
 
+def _first_claim(uid: str, claims: list[dict[str, Any]]) -> dict[str, Any]:
+    return min((c for c in claims if uid in json.loads(c["metadata"]["annotations"]["nodeplan.io/pods"])),
+               key=lambda c: c["metadata"]["creationTimestamp"])
+
+
 def _fits_on_first_planned_node(name: str, pods: list[dict[str, Any]], claims: list[dict[str, Any]],
                                 nodes: dict[str, dict[str, Any]]) -> bool:
-    """Does pod ``name`` fit, beside the pods bound there now, on the node of the first claim planned for it?"""
+    """Could pod ``name`` still have fitted on the node of the first claim planned for it, beside the pods bound
+    there now and the claim's other planned pods that went elsewhere? Room on a node only shrinks here (no pod is
+    deleted) except the room its other planned pods held until they were bound elsewhere, so a pod that fits
+    even beside those was never displaced."""
     pod = next(p for p in pods if p["metadata"]["name"] == name)
     uid = pod["metadata"]["uid"]
-    first = min((c for c in claims if uid in json.loads(c["metadata"]["annotations"]["nodeplan.io/pods"])),
-                key=lambda c: c["metadata"]["creationTimestamp"])
+    first = _first_claim(uid, claims)
     node = nodes.get((first.get("status") or {}).get("nodeName") or first["metadata"]["name"])
     if node is None:
         return False
     allocatable = parse_objects([node | {"kind": "Node"}], source="cluster").nodes[0].allocatable
-    beside = [p for p in pods if (p.get("spec") or {}).get("nodeName") == node["metadata"]["name"]
-              and p["metadata"]["uid"] != uid]
+    planned = set(json.loads(first["metadata"]["annotations"]["nodeplan.io/pods"]))
+    here = node["metadata"]["name"]
+    beside = [p for p in pods if p["metadata"]["uid"] != uid
+              and ((p.get("spec") or {}).get("nodeName") == here or p["metadata"]["uid"] in planned)]
     total = parse_objects([pod | {"kind": "Pod"}], source="cluster").pods[0].requests
     for other in beside:
         total = total + parse_objects([other | {"kind": "Pod"}], source="cluster").pods[0].requests
     return bool(total.fits_in(allocatable))
+
+
+def _waited_out_bind_grace(name: str, uid: str, claims: list[dict[str, Any]], timeline: Timeline,
+                           grace: float) -> bool:
+    """Was pod ``name`` still unbound ``grace`` seconds after the node of its first claim lost its
+    unregistered taint (the claim initializes no earlier, so its room is given up no earlier)?"""
+    first = _first_claim(uid, claims)
+    untainted = timeline.untainted.get((first.get("status") or {}).get("nodeName") or first["metadata"]["name"])
+    return untainted is not None and timeline.bound_at(name) > untainted + grace
 
 
 class Timeline:
@@ -174,38 +195,43 @@ class Timeline:
         return next((t for t, _, node in self.pods.get(name, []) if node), float("inf"))
 
     def _forever(self, target: Any) -> None:
+        """Run one watch after another, each resuming from the resource version the last one reached, so no
+        change between them is missed (a fresh list would show only the state, and hide a nomination cleared
+        and set again meanwhile); a broken or expired (410) watch starts over from a list."""
+        version: str | None = None
         while not self._stop.is_set():
             try:
-                target()
+                version = target(version)
             except Exception:  # a diagnostic: a broken watch is restarted
+                version = None
                 time.sleep(0.5)
 
-    def _watch_pods(self) -> None:
-        watch = kwatch.Watch()
+    def _stream(self, watch: kwatch.Watch, func: Any, version: str | None, *args: Any) -> Iterator[Any]:
+        extra = {"resource_version": version} if version else {}
         try:
-            for event in watch.stream(client.CoreV1Api(self._api).list_namespaced_pod, NAMESPACE, timeout_seconds=5):
-                pod = event["object"]
-                entry = (time.time(), pod.status.nominated_node_name or "", pod.spec.node_name or "")
-                changes = self.pods.setdefault(pod.metadata.name, [])
-                if not changes or changes[-1][1:] != entry[1:]:
-                    changes.append(entry)
+            for event in watch.stream(func, *args, timeout_seconds=5, **extra):
+                yield event["object"]
                 if self._stop.is_set():
                     break
         finally:
             watch.stop()
 
-    def _watch_nodes(self) -> None:
+    def _watch_pods(self, version: str | None) -> str | None:
         watch = kwatch.Watch()
-        try:
-            for event in watch.stream(client.CoreV1Api(self._api).list_node, timeout_seconds=5):
-                node = event["object"]
-                tainted = any(t.key == "karpenter.sh/unregistered" for t in node.spec.taints or [])
-                if not tainted and node.metadata.name not in self.untainted:
-                    self.untainted[node.metadata.name] = time.time()
-                if self._stop.is_set():
-                    break
-        finally:
-            watch.stop()
+        for pod in self._stream(watch, client.CoreV1Api(self._api).list_namespaced_pod, version, NAMESPACE):
+            entry = (time.time(), pod.status.nominated_node_name or "", pod.spec.node_name or "")
+            changes = self.pods.setdefault(pod.metadata.name, [])
+            if not changes or changes[-1][1:] != entry[1:]:
+                changes.append(entry)
+        return watch.resource_version
+
+    def _watch_nodes(self, version: str | None) -> str | None:
+        watch = kwatch.Watch()
+        for node in self._stream(watch, client.CoreV1Api(self._api).list_node, version):
+            tainted = any(t.key == "karpenter.sh/unregistered" for t in node.spec.taints or [])
+            if not tainted and node.metadata.name not in self.untainted:
+                self.untainted[node.metadata.name] = time.time()
+        return watch.resource_version
 
 
 def _print_deviations(timeline: Timeline, claims: list[dict[str, Any]], pods: list[dict[str, Any]]) -> None:
