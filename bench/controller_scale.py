@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -431,6 +432,207 @@ def offline(pods: int, nodes: int, deployments: int, pending: int, changed: int)
     }
 
 
+# --- offline: /metrics scrapes, quiet and under load ------------------------------------------------------------
+class _Scraper:
+    """``/metrics`` served as the controller serves it (``controller.health.Servers`` on its own thread, the
+    controller's ``Metrics.render``) and scraped over HTTP from another process, as Prometheus scrapes (text
+    format, gzip accepted): the wall time that process waits, and, in this one, the wall and CPU time of the
+    serving thread's ``render`` (``time.thread_time``)."""
+
+    def __init__(self, metrics: Any) -> None:
+        from controller.health import Endpoints, Servers
+
+        self.metrics = metrics
+        self.cpu: list[float] = []
+        self.render: list[float] = []
+
+        def render(accept: str | None, encoding: str | None, names: Any) -> tuple[bytes, list[tuple[str, str]]]:
+            started, cpu = time.perf_counter(), time.thread_time()
+            try:
+                return metrics.render(accept, encoding, names)  # type: ignore[no-any-return]
+            finally:
+                self.cpu.append(time.thread_time() - cpu)
+                self.render.append(time.perf_counter() - started)
+
+        #: CPU seconds of each publication of the cluster-state families (its own thread, off the scrape)
+        self.publish_cpu: list[float] = []
+        state = metrics.state
+        publish = state._publish
+
+        def timed_publish(*args: Any, **kwargs: Any) -> None:
+            cpu = time.thread_time()
+            try:
+                publish(*args, **kwargs)
+            finally:
+                self.publish_cpu.append(time.thread_time() - cpu)
+
+        state._publish = timed_publish
+        self.servers = Servers(Endpoints(lambda: (True, ""), lambda: (True, ""), render), metrics_port=0,
+                               health_port=None, bind="127.0.0.1")
+        self.servers.start()
+        url = f"http://127.0.0.1:{self.servers.ports['/metrics']}/metrics"
+        self.client = subprocess.Popen([sys.executable, "-m", "bench.controller_scale", "--scrape-client", url],
+                                       cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def scrape(self) -> tuple[float, int, int]:
+        """(seconds the scraping process waited, gzip bytes, ``karpenter_pods_state`` series in the body)."""
+        assert self.client.stdin is not None and self.client.stdout is not None
+        self.client.stdin.write("scrape\n")
+        self.client.stdin.flush()
+        wall, size, pods = self.client.stdout.readline().split()
+        return float(wall), int(size), int(pods)
+
+    def close(self) -> None:
+        if self.client.stdin is not None:
+            self.client.stdin.close()
+        self.client.wait(10)
+        self.servers.stop()
+
+
+def scrape_client(url: str) -> None:
+    """The scraping process: one scrape per line read, answered with its wall seconds, gzip bytes and
+    ``karpenter_pods_state`` series (decompressed after the clock stopped)."""
+    import gzip
+    import urllib.request
+
+    for _ in sys.stdin:
+        request = urllib.request.Request(url, headers={"Accept-Encoding": "gzip", "Accept": "text/plain"})
+        started = time.perf_counter()
+        with urllib.request.urlopen(request, timeout=120) as answer:
+            body: bytes = answer.read()
+        wall = time.perf_counter() - started
+        pods = gzip.decompress(body).count(b"\nkarpenter_pods_state{")
+        print(f"{wall:.6f} {len(body)} {pods}", flush=True)
+
+
+class _Churn:
+    """Watch events between scrapes, shaped like a scale-out: ``arrive`` new pending pods each round, the
+    previous round's arrivals bound and Running, and ``touch`` old pods spread over the cluster modified."""
+
+    def __init__(self, informer: Any, pods: int, nodes: int, deployments: int, arrive: int = 100,
+                 touch: int = 100) -> None:
+        self.informer, self.pods, self.nodes, self.deployments = informer, pods, nodes, deployments
+        self.arrive, self.touch = arrive, touch
+        self.round = 0
+        self.rv = 2_000_000
+
+    def _send(self, kind: str, pod: dict[str, Any]) -> None:
+        self.rv += 1
+        pod["metadata"]["resourceVersion"] = str(self.rv)
+        self.informer._apply(*self.informer._decoder.decode_event(
+            json.dumps({"type": kind, "object": pod}).encode()))
+
+    def step(self) -> None:
+        r = self.round
+        for i in range(self.arrive):
+            name = f"out-{r:03d}-{i:04d}"
+            self._send("ADDED", api_pod(name, "scale", "out-6d5f", cpu="500m", memory="1Gi", app="out"))
+            if r:
+                self._send("MODIFIED", api_pod(f"out-{r - 1:03d}-{i:04d}", "scale", "out-6d5f", cpu="500m",
+                                               memory="1Gi", node=f"node-{(r * 37 + i) % self.nodes:05d}",
+                                               app="out"))
+        for j in range(self.touch):
+            i = (r * 7_919 + j * (self.pods // max(1, self.touch))) % self.pods
+            d = i % self.deployments
+            pod = api_pod(f"app-{d:04d}-{i:06d}", f"team-{d % 20:02d}", f"app-{d:04d}-6d5f{d:04x}",
+                          cpu=CPUS[d % len(CPUS)], memory=MEMORIES[d // len(CPUS) % len(MEMORIES)],
+                          node=f"node-{i % self.nodes:05d}", app=f"app-{d:04d}")
+            pod["metadata"]["creationTimestamp"] = pod["status"]["startTime"] = _stamp(i)
+            pod["metadata"]["labels"]["revision"] = str(r)
+            self._send("MODIFIED", pod)
+        self.round += 1
+
+
+def _solve_loop(stop: threading.Event, solved: list[float]) -> None:
+    """CPU-bound work in the controller's process: the solve of a 1,000-pod batch (``bench.decisions``'
+    Deployments, KWOK catalog, 2 % gap), again and again until ``stop``."""
+    from bench.controller_perf import NODEPOOL
+    from bench.decisions import deployment_pods
+    from model.snapshot import parse_objects
+    from providers.kwok import kwok_catalog
+    from solver.provision import SolveOptions, solve
+
+    catalog = kwok_catalog()
+    while not stop.is_set():
+        started = time.monotonic()
+        snapshot = parse_objects([NODEPOOL, *deployment_pods(1_000, 1)], source="bench").with_catalog(catalog)
+        solve(snapshot, SolveOptions(time_limit=10.0, gap=0.02, started_at=started))
+        solved.append(time.monotonic() - started)
+
+
+def scrapes(pods: int, nodes: int, deployments: int, count: int) -> dict[str, float]:
+    """``count`` scrapes over HTTP in each condition: quiet, a 1,000-pod solve looping on another thread of this
+    process, and a busy loop on each core in other processes; each with nothing changed between scrapes and with
+    a scale-out's watch events (``_Churn``) applied between them. Median and p95 of wall and of serving CPU."""
+    from bench.controller_perf import percentile
+    from controller.metrics import Metrics
+
+    cluster = OfflineCluster(pods, nodes, deployments)
+    cache = cluster.cache()
+    cache.informers["Pod"]._list()
+    metrics = Metrics(cache)
+    scraper = _Scraper(metrics)
+    started = time.perf_counter()
+    first, size, _ = scraper.scrape()
+    out: dict[str, float] = {"pods": pods, "nodes": nodes, "first scrape s": first,
+                             "first scrape cpu s": scraper.cpu[-1], "gzip bytes": size}
+    out["series"] = sum(1 for line in metrics.exposition().splitlines() if line and not line.startswith(b"#"))
+    churn = _Churn(cache.informers["Pod"], pods, nodes, deployments)
+    cores = os.cpu_count() or 2
+    for condition in ("quiet", "solve in this process", f"busy loop on {cores} cores"):
+        stop = threading.Event()
+        solved: list[float] = []
+        busy: list[subprocess.Popen[bytes]] = []
+        if condition.startswith("solve"):
+            threading.Thread(target=_solve_loop, args=(stop, solved), daemon=True, name="solve").start()
+            time.sleep(2.0)
+        elif condition.startswith("busy"):
+            # sessions of their own: with autogroup scheduling a child in this session would share this
+            # process's CPU share, where another container's processes compete as their own group
+            busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+                    for _ in range(cores)]
+            time.sleep(1.0)
+        try:
+            for changes in ("unchanged", "scale-out churn"):
+                walls: list[float] = []
+                del scraper.cpu[:], scraper.render[:], scraper.publish_cpu[:]
+                stale = 0
+                for _ in range(count):
+                    before = len(cache.items("Pod"))
+                    if changes != "unchanged":
+                        churn.step()
+                    wall, _, seen = scraper.scrape()
+                    walls.append(wall)
+                    # a scrape shows the cluster as it is, or (when its refresh took longer than the scrape
+                    # waits) as the previous scrape saw it
+                    if seen != len(cache.items("Pod")):
+                        if seen != before:
+                            raise AssertionError(f"a scrape showed {seen} of {len(cache.items('Pod'))} pods")
+                        stale += 1
+                    time.sleep(1.5)  # Prometheus scrapes every 15-60 s; more than the scrape's freshness window
+                label = f"{condition}, {changes}"
+                out[f"{label}: previous state served"] = stale
+                out[f"{label}: scrape p50 s"] = statistics.median(walls)
+                out[f"{label}: scrape p95 s"] = percentile(walls, 0.95)
+                out[f"{label}: render p50 s"] = statistics.median(scraper.render)
+                out[f"{label}: render cpu p50 s"] = statistics.median(scraper.cpu)
+                out[f"{label}: render cpu p95 s"] = percentile(scraper.cpu, 0.95)
+                if scraper.publish_cpu:
+                    out[f"{label}: publications"] = len(scraper.publish_cpu)
+                    out[f"{label}: publication cpu p50 s"] = statistics.median(scraper.publish_cpu)
+                out[f"{label}: load"] = os.getloadavg()[0]
+        finally:
+            stop.set()
+            for process in busy:
+                process.terminate()
+                process.wait(10)
+        if solved:
+            out[f"{condition}: solves done"] = len(solved)
+    out["bench s"] = time.perf_counter() - started
+    scraper.close()
+    return out
+
+
 # --- live: the real control plane with KWOK nodes --------------------------------------------------------------
 NAMESPACE = "scale"
 
@@ -568,10 +770,33 @@ class _WaitLog(logging.Handler):
             self.lines += 1
 
 
+class _LiveScrapes(threading.Thread):
+    """Scrapes the controller's ``/metrics`` every ``every`` seconds from another process while the run lasts,
+    as Prometheus does (``scrape_client``), keeping each scrape's wall time."""
+
+    def __init__(self, url: str, every: float = 5.0) -> None:
+        super().__init__(daemon=True)
+        self.url, self.every, self.stop = url, every, threading.Event()
+        self.walls: list[float] = []
+
+    def run(self) -> None:
+        client = subprocess.Popen([sys.executable, "-m", "bench.controller_scale", "--scrape-client", self.url],
+                                  cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert client.stdin is not None and client.stdout is not None
+        try:
+            while not self.stop.wait(self.every):
+                client.stdin.write("scrape\n")
+                client.stdin.flush()
+                self.walls.append(float(client.stdout.readline().split()[0]))
+        finally:
+            client.stdin.close()
+            client.wait(30)
+
+
 def live(nodes: int, pods: int, replicas: int, timeout: float) -> dict[str, float]:
     from kubernetes import client
 
-    from bench.controller_perf import NODECLASS, NODEPOOL, _apply, _fresh_cluster, _install_crds
+    from bench.controller_perf import NODECLASS, NODEPOOL, _apply, _fresh_cluster, _install_crds, percentile
     from controller.provisioner import BatchRecord, Provisioner
     from controller.run import Controller, ControllerOptions, api_client
 
@@ -612,7 +837,7 @@ def live(nodes: int, pods: int, replicas: int, timeout: float) -> dict[str, floa
 
         Provisioner.plan = plan  # type: ignore[method-assign]
         stop = threading.Event()
-        options = ControllerOptions(batch_idle=1.0, batch_max=10.0)
+        options = ControllerOptions(batch_idle=1.0, batch_max=10.0, metrics_port=0, bind_address="127.0.0.1")
         options.disruption.enabled = False
         with _timed_solves(solves):
             controller = Controller(api, options)
@@ -631,6 +856,8 @@ def live(nodes: int, pods: int, replicas: int, timeout: float) -> dict[str, floa
                 started = time.monotonic()
                 out["load at scale-out start"] = os.getloadavg()[0]
                 scale_samples = len(load.samples)
+                scraping = _LiveScrapes(f"http://127.0.0.1:{controller.ports['/metrics']}/metrics")
+                scraping.start()
                 _apply(api, scale_out(replicas))
                 while time.monotonic() - started < timeout:
                     listed: Any = core.list_namespaced_pod(NAMESPACE, label_selector="app=scale-out",
@@ -643,6 +870,13 @@ def live(nodes: int, pods: int, replicas: int, timeout: float) -> dict[str, floa
                     time.sleep(2.0)
                 else:
                     out["scale-out Running at timeout"] = running
+                scraping.stop.set()
+                scraping.join(120)
+                if scraping.walls:
+                    out["/metrics scrapes during scale-out"] = len(scraping.walls)
+                    out["/metrics scrape during scale-out p50 s"] = statistics.median(scraping.walls)
+                    out["/metrics scrape during scale-out p95 s"] = percentile(scraping.walls, 0.95)
+                    out["/metrics scrape during scale-out max s"] = max(scraping.walls)
                 for scrape in ("first", "second"):  # as Prometheus asks: text format, gzip accepted
                     began, cpu = time.perf_counter(), time.process_time()
                     controller.metrics.render(accept_encoding="gzip")
@@ -708,6 +942,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--live-pods", type=int, default=20_000)
     parser.add_argument("--scale-out", type=int, default=1_000)
     parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--scrapes", type=int, default=0, metavar="N",
+                        help="only /metrics: N scrapes per condition (quiet, a solve in-process, busy cores)")
+    parser.add_argument("--scrape-client", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--populate", nargs=3, metavar=("KUBECONFIG", "NODES", "PODS"), help=argparse.SUPPRESS)
     parser.add_argument("--resident", nargs=3, type=int, metavar=("PODS", "NODES", "DEPLOYMENTS"),
                         help=argparse.SUPPRESS)
@@ -717,6 +954,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.populate:
         populate(args.populate[0], int(args.populate[1]), int(args.populate[2]))
+        return 0
+    if args.scrape_client:
+        scrape_client(args.scrape_client)
+        return 0
+    if args.scrapes:
+        _print(f"/metrics: {args.pods} pods, {args.nodes} nodes, {args.scrapes} scrapes per condition "
+               "(python -m bench.controller_scale --scrapes N)",
+               scrapes(args.pods, args.nodes, args.deployments, args.scrapes))
         return 0
     both = not args.offline and not args.live
     if args.offline or both:

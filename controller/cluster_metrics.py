@@ -13,18 +13,28 @@ turns Ready records ``karpenter_pods_startup_duration_seconds`` (Ready's lastTra
 creationTimestamp, as Karpenter's pod metrics controller does), one seen unbound that is scheduled records
 ``karpenter_pods_bound_duration_seconds``. ``refresh`` runs on every scrape and every lifecycle pass, so a
 transition is seen even when nobody scrapes.
+
+A scrape is served from a published ``Exposition``: the families as of one refresh, their text compressed once
+(``controller.metrics_gzip``). ``exposition`` refreshes and publishes on a thread of its own and waits for it at
+most ``wait`` seconds: on a quiet machine every scrape is fresh; on a starved one (another process on every
+core, the solve's threads in this one) the scrape is answered with the previous publication, at most one scrape
+interval old, and the refresh finishes for the next one — Karpenter's own node metrics are a singleton that
+re-sets its gauges every 5 seconds, not at the scrape.
 """
 
 from __future__ import annotations
 
+import itertools
+import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 from prometheus_client.utils import floatToGoString
 
+from controller import metrics_gzip
 from controller.batch import is_terminal
 from controller.cache import ClusterCache
 from model import labels as wk
@@ -33,6 +43,8 @@ from model.errors import InputError
 from model.fields import RawObject
 from model.pod import effective_requests
 from model.resources import Resources
+
+log = logging.getLogger(__name__)
 
 PREFIX = "karpenter_"
 
@@ -195,6 +207,47 @@ FAMILIES = (SYNCED, NODE_COUNT, ALLOCATABLE, POD_REQUESTS, DAEMON_REQUESTS, OVER
 Observer = Callable[[float], None]
 
 
+def _header(family: Family, openmetrics: bool) -> bytes:
+    help_text = family.documentation.replace("\\", r"\\").replace("\n", r"\n")
+    if openmetrics:
+        help_text = help_text.replace('"', r"\"")
+    return f"# HELP {family.name} {help_text}\n# TYPE {family.name} gauge\n".encode()
+
+
+#: each family's HELP and TYPE lines: in the text format, and OpenMetrics'
+HEADERS = {openmetrics: {f.name: _header(f, openmetrics) for f in FAMILIES} for openmetrics in (False, True)}
+#: ... compressed once
+HEADER_PIECES = {openmetrics: {name: metrics_gzip.deflate(text) for name, text in headers.items()}
+                 for openmetrics, headers in HEADERS.items()}
+#: ``karpenter_pods_state`` is kept and compressed in parts of this many pods (in the order the pods were first
+#: seen): a publication compresses again only the parts with a changed pod, not 50,000 lines for one
+POD_PART = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Exposition:
+    """The families as one refresh left them (``at``: its ``time.monotonic``), and their text compressed — in
+    the text format, and in OpenMetrics' (the two differ only in the HELP lines' quoting)."""
+
+    at: float
+    families: Mapping[str, Sequence[bytes]]
+    bodies: Mapping[bool, metrics_gzip.Body]
+
+    def text(self, openmetrics: bool = False) -> bytes:
+        return self.bodies[openmetrics].text()
+
+
+def _parts(lines: list[bytes], kept: list[tuple[list[bytes], bytes]]) -> list[tuple[list[bytes], bytes]]:
+    """``lines`` in parts of ``POD_PART``, each with its text: a part whose lines are those ``kept`` has at its
+    place (compared item by item, mostly the same objects) is that kept part."""
+    out = []
+    for index, start in enumerate(range(0, len(lines), POD_PART)):
+        chunk = lines[start:start + POD_PART]
+        old = kept[index] if index < len(kept) else None
+        out.append(old if old is not None and old[0] == chunk else (chunk, b"".join(chunk)))
+    return out
+
+
 class ClusterStateMetrics:
     """The cluster-state families, kept up to date from the cache by ``refresh`` and written by ``render``."""
 
@@ -208,19 +261,21 @@ class ClusterStateMetrics:
         self._lock = threading.Lock()
         #: uid → facts at the last refresh
         self._pods: dict[str, PodFacts] = {}
-        #: uid → (the node facts the line was rendered with, the rendered line)
-        self._pod_lines: dict[str, tuple[NodeFacts | None, bytes]] = {}
-        #: every pod line joined, kept while no pod and no node changed (the warm scrape reuses it whole)
-        self._pod_text: bytes | None = None
+        #: uid → (the well-known labels of the node the line was rendered with, the rendered line)
+        self._pod_lines: dict[str, tuple[tuple[tuple[str, str], ...] | None, bytes]] = {}
+        #: the pod lines in parts of ``POD_PART``, each with its lines joined (a part with no changed pod is kept,
+        #: the same object, so its compressed piece is too); None before the first refresh
+        self._pod_parts: list[tuple[list[bytes], bytes]] | None = None
         self._nodes: dict[str, NodeFacts] = {}
         #: node name → label prefixes per (family, resource) rendered for its facts and managed flag
         self._node_prefixes: dict[str, tuple[NodeFacts, bool, dict[tuple[str, str], str]]] = {}
         self._pending: set[str] = set()
         self._unbound: set[str] = set()
-        #: uids whose resourceVersion moved in this refresh; pods gone, nodes changed in it
+        #: uids whose resourceVersion moved in this refresh; pods gone, nodes changed, node labels changed in it
         self._changed: set[str] = set()
         self._pods_gone = False
         self._nodes_changed = False
+        self._labels_changed = False
         self._refreshed = float("-inf")
         #: pods created after this (wall clock, seconds) were seen from their start
         self._since = clock()
@@ -232,6 +287,16 @@ class ClusterStateMetrics:
         #: NodeClaim name → (resourceVersion, nodepool, capacity)
         self._claims: dict[str, tuple[str, str, Resources]] = {}
         self._families: dict[str, list[bytes]] = {f.name: [] for f in FAMILIES}
+        #: the cache's generation at the last full refresh (None: none yet), and each node's lifetime series
+        #: prefix with its creation time, the one family that moves with the clock alone
+        self._generation: int | None = None
+        self._lifetimes: list[tuple[str, float]] = []
+        #: the last published exposition, and the publication under way (set when it is done)
+        self._published: Exposition | None = None
+        #: family → its parts' compressed pieces in the last publication
+        self._pieces: dict[str, list[metrics_gzip.Piece]] = {}
+        self._publishing: threading.Event | None = None
+        self._publish_lock = threading.Lock()
 
     # -- keeping up ---------------------------------------------------------------------------------------
     def refresh(self, *, at_most_every: float = 0.0) -> None:
@@ -245,12 +310,19 @@ class ClusterStateMetrics:
 
     def _refresh(self) -> None:
         self._refreshed = time.monotonic()
+        generation = getattr(self._cache, "generation", None)  # read before the cache: a change meanwhile counts
+        if generation is not None and generation == self._generation:
+            # nothing in the cache changed: only the node lifetimes moved (50,000 pods cost ~0.2 s to look over)
+            self._families = {**self._families, LIFETIME.name: self._lifetime_lines()}
+            return
         synced = self._synced()
         families: dict[str, list[bytes]] = {f.name: [] for f in FAMILIES}
         families[SYNCED.name].append(line(SYNCED.name, 1.0 if synced else 0.0))
         if not synced:
             self._families = families
             return
+        self._generation = generation
+        self._lifetimes = []
         nodes = self._refresh_nodes(self._cache.items("Node"))
         pods = self._refresh_pods(self._cache.items("Pod"))
         claims = self._cache.items("NodeClaim")
@@ -277,8 +349,7 @@ class ClusterStateMetrics:
             for family_name, lines in kept[3].items():
                 node_lines[family_name].extend(lines)
             if node.created is not None:
-                families[LIFETIME.name].append(line(self._prefix(prefixes, node, is_managed, LIFETIME, ""),
-                                                    max(0.0, now - node.created)))
+                self._lifetimes.append((self._prefix(prefixes, node, is_managed, LIFETIME, ""), node.created))
             for resource, amount in node.allocatable:
                 total_alloc[resource] = total_alloc.get(resource, 0) + amount
             for resource, amount in requested.items():
@@ -286,22 +357,26 @@ class ClusterStateMetrics:
         for name in set(self._node_lines) - set(nodes):
             del self._node_lines[name]
         families.update(node_lines)
+        families[LIFETIME.name] = self._lifetime_lines(now)
         for resource, amount in sorted(total_alloc.items()):
             if amount:
                 families[UTILIZATION.name].append(line(series(UTILIZATION.name, {
                     "resource_type": resource_label(resource)}), 100 * total_used.get(resource, 0) / amount))
         self._pool_families(families, claims)
-        if self._pod_text is None or self._changed or self._pods_gone or self._nodes_changed:
-            pod_lines = []
-            for uid, facts in pods.items():
+        if self._pod_parts is None or self._changed or self._pods_gone or self._labels_changed:
+            # a pod's line depends on the well-known labels of its node only: a node's status update (a new
+            # resourceVersion, the same labels) re-renders none of its pods; changed pods are rendered again,
+            # and every pod only when some node's labels changed
+            kept_lines = self._pod_lines
+            for uid in (pods if self._labels_changed or self._pod_parts is None else self._changed):
+                facts = pods[uid]
                 where = nodes.get(facts.node)
-                kept_pod = self._pod_lines.get(uid)
-                if kept_pod is None or kept_pod[0] is not where or uid in self._changed:
-                    kept_pod = (where, line(series(POD_STATE.name, self._pod_labels(facts, where)), 1.0))
-                    self._pod_lines[uid] = kept_pod
-                pod_lines.append(kept_pod[1])
-            self._pod_text = b"".join(pod_lines)
-        families[POD_STATE.name] = [self._pod_text]
+                labels = where.labels if where is not None else None
+                kept_pod = kept_lines.get(uid)
+                if kept_pod is None or kept_pod[0] != labels or uid in self._changed:
+                    kept_lines[uid] = (labels, line(series(POD_STATE.name, self._pod_labels(facts, where)), 1.0))
+            self._pod_parts = _parts([kept[1] for kept in kept_lines.values()], self._pod_parts or [])
+        families[POD_STATE.name] = [joined for _, joined in self._pod_parts]
         self._families = families
 
     def _count(self, facts: PodFacts, sign: int) -> None:
@@ -319,60 +394,68 @@ class ClusterStateMetrics:
                 else:
                     into.pop(resource, None)
 
+    def _lifetime_lines(self, now: float | None = None) -> list[bytes]:
+        now = self._clock() if now is None else now
+        return [line(prefix, max(0.0, now - created)) for prefix, created in self._lifetimes]
+
     def _refresh_nodes(self, raw: Iterable[Mapping[str, Any]]) -> dict[str, NodeFacts]:
         seen: dict[str, NodeFacts] = {}
-        changed = False
+        changed = relabelled = False
         for node in raw:
             meta = node.get("metadata") or {}
             name = str(meta.get("name") or "")
             known = self._nodes.get(name)
             if known is None or known.version != str(meta.get("resourceVersion") or ""):
-                known = node_facts(node)
+                fresh = node_facts(node)
+                relabelled = relabelled or known is None or known.labels != fresh.labels
+                known = fresh
                 changed = True
             seen[name] = known
         self._nodes_changed = changed or len(seen) != len(self._nodes)
+        self._labels_changed = relabelled or len(seen) != len(self._nodes)
         self._nodes = seen
         for name in set(self._node_prefixes) - set(seen):
             del self._node_prefixes[name]
         return seen
 
-    def _refresh_pods(self, raw: Iterable[Mapping[str, Any]]) -> dict[str, PodFacts]:
-        seen: dict[str, PodFacts] = {}
-        self._changed = set()
+    def _refresh_pods(self, raw: Sequence[Mapping[str, Any]]) -> dict[str, PodFacts]:
+        self._changed = changed = set()
         now = self._clock()
-        kept = self._pods
-        added = 0
-        for pod in raw:  # the hot loop of a scrape: one lookup and one comparison per unchanged pod
+        kept = self._pods  # updated in place: an unchanged pod costs one lookup and one comparison
+        listed = 0
+        for pod in raw:
+            listed += 1
             meta = pod.get("metadata") or {}
             uid = meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"
             known = kept.get(uid)
-            if known is None or known.version != (meta.get("resourceVersion") or ""):
-                fresh = known is None
-                if known is not None:
-                    self._count(known, -1)
-                else:
-                    added += 1
-                known = pod_facts(pod)
-                if fresh and known.created is not None and known.created >= self._since:
-                    # created while this controller watched: it was Pending and unbound at first, even if a
-                    # refresh only sees it now (Karpenter sees every event; refreshes come every few seconds)
-                    self._pending.add(uid)
-                    self._unbound.add(uid)
-                self._count(known, 1)
-                self._changed.add(uid)
-                self._transitions(uid, known, now)
-            seen[uid] = known
-        # a pod is gone only when fewer are seen than were kept plus the new ones (the set difference is the
-        # one O(n) step left, taken only then)
-        gone = kept.keys() - seen.keys() if len(kept) + added != len(seen) else set()
+            if known is not None and known.version == (meta.get("resourceVersion") or ""):
+                continue
+            if known is not None:
+                self._count(known, -1)
+            facts = pod_facts(pod)
+            if known is None and facts.created is not None and facts.created >= self._since:
+                # created while this controller watched: it was Pending and unbound at first, even if a
+                # refresh only sees it now (Karpenter sees every event; refreshes come every few seconds)
+                self._pending.add(uid)
+                self._unbound.add(uid)
+            self._count(facts, 1)
+            changed.add(uid)
+            self._transitions(uid, facts, now)
+            kept[uid] = facts
+        # a pod is gone only when more are kept than listed (the one O(n) step left, taken only then)
+        gone: set[str] = set()
+        if len(kept) != listed:
+            present = {(p.get("metadata") or {}).get("uid")
+                       or f"{(p.get('metadata') or {}).get('namespace')}/{(p.get('metadata') or {}).get('name')}"
+                       for p in raw}
+            gone = kept.keys() - present
         self._pods_gone = bool(gone)
         for uid in gone:
-            self._count(kept[uid], -1)
+            self._count(kept.pop(uid), -1)
             self._pending.discard(uid)
             self._unbound.discard(uid)
             self._pod_lines.pop(uid, None)
-        self._pods = seen
-        return seen
+        return kept
 
     def _transitions(self, uid: str, facts: PodFacts, now: float) -> None:
         """Karpenter's pod metrics: startup is observed for pods once seen Pending, bound for pods seen unbound."""
@@ -459,12 +542,62 @@ class ClusterStateMetrics:
             for family in FAMILIES:
                 if names is not None and family.name not in names:
                     continue
-                help_text = family.documentation.replace("\\", r"\\").replace("\n", r"\n")
-                if openmetrics:
-                    help_text = help_text.replace('"', r"\"")
-                out.append(f"# HELP {family.name} {help_text}\n# TYPE {family.name} gauge\n".encode())
+                out.append(HEADERS[openmetrics][family.name])
                 out.extend(self._families[family.name])
             return b"".join(out)
+
+    def exposition(self, *, fresh_within: float = 0.0, wait: float | None = None) -> Exposition:
+        """The published families: refreshed and published first when the publication is older than
+        ``fresh_within`` seconds, on a thread of its own; when that takes longer than ``wait`` seconds (None:
+        however long it takes) the publication before it is returned, and the next call finds the new one."""
+        current = self._published
+        if current is not None and time.monotonic() - current.at <= fresh_within:
+            return current
+        with self._publish_lock:
+            done = self._publishing
+            if done is None or done.is_set():
+                done = self._publishing = threading.Event()
+                threading.Thread(target=self._publish, args=(done, fresh_within), name="metrics-publish",
+                                 daemon=True).start()
+        done.wait(None if current is None else wait)
+        published = self._published
+        if published is None:  # the publication failed (logged): the caller gets the error itself
+            self._publish(threading.Event(), fresh_within, reraise=True)
+            published = self._published
+        assert published is not None
+        return published
+
+    def _publish(self, done: threading.Event, fresh_within: float, *, reraise: bool = False) -> None:
+        """Refresh (unless the last refresh, e.g. the lifecycle loop's, is recent enough), then compress the
+        families outside the lock (the lifecycle loop's refresh need not wait for it) and publish them."""
+        try:
+            with self._lock:
+                if time.monotonic() - self._refreshed > fresh_within:
+                    self._refresh()
+                families, at = self._families, self._refreshed
+            published = self._published
+            if published is not None and published.families is families:
+                self._published = Exposition(at, families, published.bodies)  # nothing changed: newer, same
+                return
+            kept, pieces = self._pieces, {}
+            for family in FAMILIES:
+                parts = families[family.name]
+                # the pod family is kept in parts; the others are small, one piece each
+                texts = parts if family is POD_STATE else [b"".join(parts)]
+                pieces[family.name] = [metrics_gzip.reuse(text, old) for text, old in
+                                       itertools.zip_longest(texts, kept.get(family.name, ())) if text is not None]
+            bodies = {openmetrics: metrics_gzip.Body.of([
+                piece for family in FAMILIES for piece in (HEADER_PIECES[openmetrics][family.name],
+                                                          *pieces[family.name])])
+                for openmetrics in (False, True)}
+            self._pieces = pieces
+            self._published = Exposition(at, families, bodies)
+        except Exception:
+            if reraise:
+                raise
+            log.exception("publishing the cluster-state metrics failed")
+        finally:
+            done.set()
 
     def samples(self, name: str) -> Iterator[tuple[dict[str, str], float]]:
         """The current samples of family ``name`` as (labels, value), parsed back from the kept lines (tests)."""

@@ -6,7 +6,8 @@ Recorded as Karpenter records them, in two layers:
    seen less than its dedupe timeout ago is dropped; some reasons also pass a token bucket shared by every Event
    of the reason. ``POLICIES`` holds Karpenter's values for the reasons nodeplan emits as Karpenter does: a pod's
    ``Nominated`` is keyed by the pod's uid alone (another target within the timeout is the same news) and limited
-   to 5 a second, burst 10, across all pods — one per pod per batch was the bulk of the Events nodeplan wrote.
+   to 5 a second, burst 10, across all pods — one per pod per batch was the bulk of the Events nodeplan wrote;
+   a pod's ``FailedScheduling`` is keyed by its uid for 5 minutes (a changed reason within them is no new Event).
    Every other reason is keyed by object, type, reason and message with ``dedup_window`` as its timeout, and a
    repeat held back is counted into the Event's next ``count``.
 2. client-go's ``EventCorrelator`` (``tools/record/events_cache.go``): the 10th distinct message of one object,
@@ -68,6 +69,8 @@ class Policy:
 POLICIES: dict[str, Policy] = {
     # NominatePodEvent: DedupeValues pod UID, the default 2-minute timeout, PodNominationRateLimiter (5/s, 10)
     "Nominated": Policy(dedupe=("uid",), timeout=120.0, rate=5.0, burst=10),
+    # PodFailedToScheduleEvent: DedupeValues pod UID, DedupeTimeout 5 minutes, no rate limiter
+    "FailedScheduling": Policy(dedupe=("uid",), timeout=300.0),
     # Blocked: DedupeValues node UID, the default timeout
     "DisruptionBlocked": Policy(dedupe=("uid",), timeout=120.0),
 }

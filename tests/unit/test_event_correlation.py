@@ -3,7 +3,8 @@
 Karpenter (sigs.k8s.io/karpenter ``pkg/events/recorder.go``): an Event whose reason and dedupe values were
 published less than its dedupe timeout ago is dropped; a rate-limited reason then needs a token of its bucket
 (the dedupe key is kept even when the bucket refuses). ``NominatePodEvent`` dedupes by the pod's UID with the
-default 2-minute timeout and shares ``PodNominationRateLimiter`` (5 a second, burst 10) across pods.
+default 2-minute timeout and shares ``PodNominationRateLimiter`` (5 a second, burst 10) across pods;
+``PodFailedToScheduleEvent`` dedupes by the pod's UID for 5 minutes (its message is no part of the key).
 
 client-go (``tools/record/events_cache.go``): ``EventAggregate`` turns the 10th distinct message about one object
 with one type and reason within 600 s into "(combined from similar events): <message>", keyed by the group so
@@ -51,6 +52,8 @@ def pod(i: int) -> dict[str, Any]:
 
 
 NODE = {"kind": "Node", "apiVersion": "v1", "metadata": {"name": "kwok-1", "uid": "n1"}}
+#: the correlator's tests use a reason without a Karpenter policy, so every distinct message reaches client-go
+CLAIM = {"kind": "NodeClaim", "apiVersion": "karpenter.sh/v1", "metadata": {"name": "default-x7k2p", "uid": "c1"}}
 
 
 def test_a_pods_nomination_is_deduplicated_by_its_uid_for_two_minutes() -> None:
@@ -67,6 +70,24 @@ def test_a_pods_nomination_is_deduplicated_by_its_uid_for_two_minutes() -> None:
         ("web-2", "Pod should schedule on: nodeclaim/default-b"),
         ("web-1", "Pod should schedule on: nodeclaim/default-c")]
     assert events.suppressed == 1 and all(e["count"] == 1 for e in fake.created)
+
+
+def test_a_pods_changed_failure_within_five_minutes_is_no_new_event() -> None:
+    events, fake, clock = recorder()
+    events.warning(pod(1), "FailedScheduling", "Failed to schedule pod: NodePool default limit cpu=64 reached")
+    clock.now += 60  # the next batches fail it for other reasons: the same news to Karpenter's recorder
+    events.warning(pod(1), "FailedScheduling", "Failed to schedule pod: no instance type has 96 cpu")
+    clock.now += 239
+    events.warning(pod(1), "FailedScheduling", "Failed to schedule pod: no NodePool tolerates it")
+    events.warning(pod(2), "FailedScheduling", "Failed to schedule pod: no NodePool tolerates it")  # another pod
+    clock.now += 2  # 301 s after the first: the key has expired, and the new message is a new Event
+    events.warning(pod(1), "FailedScheduling", "Failed to schedule pod: no NodePool tolerates it")
+    events.drain()
+    assert [(e["involvedObject"]["name"], e["message"]) for e in fake.created] == [
+        ("web-1", "Failed to schedule pod: NodePool default limit cpu=64 reached"),
+        ("web-2", "Failed to schedule pod: no NodePool tolerates it"),
+        ("web-1", "Failed to schedule pod: no NodePool tolerates it")]
+    assert events.suppressed == 2 and fake.patched == [] and all(e["count"] == 1 for e in fake.created)
 
 
 def test_nominations_share_one_bucket_of_five_a_second_burst_ten() -> None:
@@ -114,32 +135,32 @@ def test_a_scale_out_nominates_at_the_buckets_pace_and_fills_no_queue() -> None:
 def test_the_tenth_distinct_message_in_ten_minutes_becomes_one_aggregate_event() -> None:
     events, fake, clock = recorder()
     for i in range(9):
-        events.warning(pod(1), "FailedScheduling", f"Failed to schedule pod: reason {i}")
+        events.warning(CLAIM, "LaunchFailed", f"Failed to launch: reason {i}")
         clock.now += 1
-    events.warning(pod(1), "FailedScheduling", "Failed to schedule pod: reason 9")
-    events.warning(pod(1), "FailedScheduling", "Failed to schedule pod: reason 10")
+    events.warning(CLAIM, "LaunchFailed", "Failed to launch: reason 9")
+    events.warning(CLAIM, "LaunchFailed", "Failed to launch: reason 10")
     events.drain()
-    assert [e["message"] for e in fake.created] == [*(f"Failed to schedule pod: reason {i}" for i in range(9)),
-                                                    f"{AGGREGATE_PREFIX}Failed to schedule pod: reason 9"]
+    assert [e["message"] for e in fake.created] == [*(f"Failed to launch: reason {i}" for i in range(9)),
+                                                    f"{AGGREGATE_PREFIX}Failed to launch: reason 9"]
     # the 11th distinct message counts on the aggregate (keyed by the group, not the message)
     [(name, patch)] = fake.patched
     assert name == fake.created[-1]["metadata"]["name"]
-    assert patch["count"] == 2 and patch["message"] == f"{AGGREGATE_PREFIX}Failed to schedule pod: reason 10"
+    assert patch["count"] == 2 and patch["message"] == f"{AGGREGATE_PREFIX}Failed to launch: reason 10"
     assert events.aggregated == 2
-    # another reason about the same pod is another group
-    events.normal(pod(1), "Nominated", "Pod should schedule on: nodeclaim/default-a")
+    # another reason about the same object is another group
+    events.normal(CLAIM, "Launched", "Status condition has been set to True")
     events.drain()
-    assert fake.created[-1]["reason"] == "Nominated" and fake.created[-1]["message"].startswith("Pod should")
+    assert fake.created[-1]["reason"] == "Launched" and fake.created[-1]["message"].startswith("Status")
 
 
 def test_similar_events_start_afresh_after_ten_minutes_of_silence() -> None:
     events, fake, clock = recorder()
     for i in range(9):
-        events.warning(pod(1), "FailedScheduling", f"Failed to schedule pod: reason {i}")
+        events.warning(CLAIM, "LaunchFailed", f"Failed to launch: reason {i}")
     clock.now += 601
-    events.warning(pod(1), "FailedScheduling", "Failed to schedule pod: reason 9")
+    events.warning(CLAIM, "LaunchFailed", "Failed to launch: reason 9")
     events.drain()
-    assert fake.created[-1]["message"] == "Failed to schedule pod: reason 9" and events.aggregated == 0
+    assert fake.created[-1]["message"] == "Failed to launch: reason 9" and events.aggregated == 0
 
 
 def test_a_source_may_burst_25_events_about_an_object_then_one_per_five_minutes() -> None:

@@ -64,31 +64,65 @@ def recorder(clock: Clock) -> tuple[EventRecorder, FakeEvents]:
     return events, fake
 
 
+CLAIM = {"kind": "NodeClaim", "apiVersion": "karpenter.sh/v1", "metadata": {"name": "general-1", "uid": "c1"}}
+
+
 def test_events_are_deduplicated_then_counted() -> None:
+    """A reason without a Karpenter policy (``LaunchFailed``): object, type, reason and message within the
+    recorder's window are one Event; the repeats held back are counted into its next PATCH."""
     clock = Clock()
     events, fake = recorder(clock)
-    for _ in range(3):  # one batch after another reports the same pod and reason
-        events.warning(POD, "FailedScheduling", "Failed to schedule pod: NodePool batch limit cpu=64 reached")
+    for _ in range(3):  # one lifecycle pass after another fails the same launch
+        events.warning(CLAIM, "LaunchFailed", "Failed to launch: insufficient capacity")
         clock.now += 10
     events.drain()
     assert len(fake.created) == 1 and fake.patched == []
+    body = fake.created[0]
+    assert body["involvedObject"] == {"kind": "NodeClaim", "apiVersion": "karpenter.sh/v1", "name": "general-1",
+                                      "uid": "c1"}
+    assert (body["type"], body["reason"], body["count"]) == ("Warning", "LaunchFailed", 1)
+    assert events.suppressed == 2
+    clock.now += 120  # past the window: one PATCH carrying every occurrence so far
+    events.warning(CLAIM, "LaunchFailed", "Failed to launch: insufficient capacity")
+    events.drain()
+    assert len(fake.created) == 1
+    [(namespace, name, patch)] = fake.patched
+    assert (namespace, name, patch["count"]) == ("default", body["metadata"]["name"], 4)
+    # another message (or reason) about the same object is another Event
+    events.warning(CLAIM, "LaunchFailed", "Failed to launch: no offering left")
+    events.drain()
+    assert [e["message"] for e in fake.created] == ["Failed to launch: insufficient capacity",
+                                                    "Failed to launch: no offering left"]
+
+
+def test_failed_scheduling_is_keyed_by_the_pods_uid_for_five_minutes() -> None:
+    """Karpenter's ``PodFailedToScheduleEvent``: DedupeValues the pod's UID, DedupeTimeout 5 minutes. What the
+    recorder drops never reaches client-go, so the Event written after the timeout counts 2, not every batch."""
+    clock = Clock()
+    events, fake = recorder(clock)
+    for _ in range(3):  # one batch after another reports the same pod
+        events.warning(POD, "FailedScheduling", "Failed to schedule pod: NodePool batch limit cpu=64 reached")
+        clock.now += 10
+    events.drain()
+    assert len(fake.created) == 1 and events.suppressed == 2
     body = fake.created[0]
     assert body["involvedObject"] == {"kind": "Pod", "apiVersion": "v1", "name": "web-1", "namespace": "shop",
                                       "uid": "u1"}
     assert (body["type"], body["reason"], body["count"]) == ("Warning", "FailedScheduling", 1)
     assert body["metadata"]["namespace"] == "shop"
-    assert events.suppressed == 2
-    clock.now += 120  # past the window: one PATCH carrying every occurrence so far
+    clock.now += 120  # 150 s after the first: still within the pod's timeout
     events.warning(POD, "FailedScheduling", "Failed to schedule pod: NodePool batch limit cpu=64 reached")
     events.drain()
-    assert len(fake.created) == 1
-    [(namespace, name, patch)] = fake.patched
-    assert (namespace, name, patch["count"]) == ("shop", body["metadata"]["name"], 4)
-    # another reason (or message) for the same pod is another Event
-    events.normal(POD, "Nominated", "Pod should schedule on: nodeclaim/general-abc")
-    events.warning(POD, "FailedScheduling", "Failed to schedule pod: no NodePool tolerates it")
+    assert len(fake.created) == 1 and fake.patched == [] and events.suppressed == 3
+    clock.now += 151  # 301 s after the first: the key has expired; client-go counts the repeat with a PATCH
+    events.warning(POD, "FailedScheduling", "Failed to schedule pod: NodePool batch limit cpu=64 reached")
     events.drain()
-    assert [e["reason"] for e in fake.created] == ["FailedScheduling", "Nominated", "FailedScheduling"]
+    [(namespace, name, patch)] = fake.patched
+    assert (namespace, name, patch["count"]) == ("shop", body["metadata"]["name"], 2)
+    # another reason about the same pod has its own key
+    events.normal(POD, "Nominated", "Pod should schedule on: nodeclaim/general-abc")
+    events.drain()
+    assert [e["reason"] for e in fake.created] == ["FailedScheduling", "Nominated"]
 
 
 def test_expired_event_is_written_anew_and_cluster_scoped_objects_go_to_default() -> None:
