@@ -41,6 +41,7 @@ from reports.terminal import render_disruption, render_plan
 from solver.disruption.consolidate import ConsolidateOptions
 from solver.disruption.plan import ConsolidationResult, consolidate
 from solver.disruption.verify import verify_disruption
+from solver.gcpause import paused_collection
 from solver.provision import SolveOptions, solve
 from solver.rules.preferences import PreferencePolicy
 from solver.verify import verify
@@ -136,7 +137,8 @@ def solve_cmd(
     try:
         check_writable(output_file, "--output-file")
         check_writable(report, "--report")
-        snap = _load(snapshot, catalog, quiet=quiet)
+        with paused_collection():  # a large snapshot is millions of objects: ``solver.gcpause``
+            snap = _load(snapshot, catalog, quiet=quiet)
     except InputError as err:
         raise _fail_input(err) from None
     with solve_progress(f"solving {snapshot} (≤ {time_limit:g} s)",

@@ -308,7 +308,9 @@ class Pod(BaseModel):
         shaped = {k: v for k, v in update.items() if k not in own}
         if shaped:
             own["shape"] = own.get("shape", self.shape).model_copy(update=shaped)
-        return super().model_copy(update=own, deep=deep)
+        copied = super().model_copy(update=own, deep=deep)
+        copied.__dict__.pop("key", None)  # a new name or namespace is a new key
+        return copied
 
     if TYPE_CHECKING:  # read through to ``shape`` (the properties are made below the class)
         @property
@@ -374,8 +376,10 @@ class Pod(BaseModel):
         @property
         def nominated_node(self) -> str: ...
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
+        """``namespace/name``, made once per pod: the solver looks pods up by key millions of times at 50,000
+        pods (``model_copy`` forgets it, as a copy may have another identity)."""
         return f"{self.namespace}/{self.name}"
 
     @property

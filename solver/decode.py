@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from itertools import compress
+
 import numpy as np
 
 from model.pod import Pod
@@ -11,18 +14,35 @@ from solver.placement import NewNode, Placement
 from solver.problem import Problem
 
 
-def decode(problem: Problem, bins: list[Bin], chosen: dict[Pattern, int]) -> Placement:
-    """Fill pattern copies with real pods (surplus slots stay empty); pods left over are unschedulable."""
-    queues: list[list[Pod]] = [list(c.pods) for c in problem.classes]
+def pattern_order(pattern: Pattern) -> tuple[int, tuple[tuple[int, int], ...]]:
+    """A sort key giving patterns the order of ``(bin, counts)``, read from the classes a pattern uses only:
+    ``(-k, count)`` pairs by class compare as the counts do (a class used earlier makes the pattern larger),
+    without walking thousands of zeros in each comparison."""
+    counts = pattern.counts
+    return pattern.bin, tuple((-k, counts[k]) for k in compress(range(len(counts)), counts))
+
+
+def decode(problem: Problem, bins: list[Bin], chosen: dict[Pattern, int], only: Sequence[Pod] | None = None
+           ) -> Placement:
+    """Fill pattern copies with real pods (surplus slots stay empty); pods left over are unschedulable.
+    ``only``: the pods the patterns are for (default: the whole batch), in their classes' order."""
+    if only is None:
+        queues: list[list[Pod]] = [list(c.pods) for c in problem.classes]
+    else:
+        class_of = problem.class_of()
+        queues = [[] for _ in problem.classes]
+        for pod in only:
+            queues[class_of[pod.key]].append(pod)
     placement = Placement()
     existing_slots = {b.index: list(b.members) for b in bins if b.existing}
     # existing capacity first (free), then new nodes largest first so surplus lands on the cheap ones
     order = sorted(chosen.items(), key=lambda item: (not bins[item[0].bin].existing,
-                                                     -bins[item[0].bin].cost, item[0].bin, item[0].counts))
+                                                     -bins[item[0].bin].cost, pattern_order(item[0])))
     units = [c.unit for c in problem.classes]
     for pattern, copies in order:
         b = bins[pattern.bin]
-        used = [(k, a * units[k]) for k, a in enumerate(pattern.counts) if a]
+        # the classes a pattern uses, found in C (a pattern lists every class: 4,603 at 50,000 diverse pods)
+        used = [(k, pattern.counts[k] * units[k]) for k in compress(range(len(pattern.counts)), pattern.counts)]
         for _ in range(copies):
             pods: list[Pod] = []
             for k, want in used:

@@ -44,7 +44,7 @@ from model.inflight import node_views
 from model.instancetype import InstanceType
 from model.nodepool import NODES
 from model.pod import Pod
-from solver.classes import karpenter_order
+from solver.classes import karpenter_sorted
 from solver.placement import NewNode, Placement
 from solver.problem import Problem
 
@@ -383,8 +383,7 @@ class GreedyScheduler:
         claim.zone = _zone(self.template_zone[claim.candidates])
 
     def run(self, pods: list[Pod] | None = None) -> Placement:
-        queue = sorted(pods if pods is not None else [p for c in self.p.classes for p in c.pods],
-                       key=karpenter_order)
+        queue = karpenter_sorted(pods if pods is not None else [p for c in self.p.classes for p in c.pods])
         placement = Placement()
         claims: list[_Claim] = []
         placed_bundles: set[int] = set()

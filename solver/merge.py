@@ -20,7 +20,7 @@ from collections.abc import Hashable
 import numpy as np
 
 from model.pod import Pod
-from solver.classes import PodClass, karpenter_order
+from solver.classes import PodClass, karpenter_order, karpenter_sorted
 from solver.problem import Problem
 
 #: ``Problem`` arrays with one row per class: merged classes must agree on each of them
@@ -52,7 +52,7 @@ def merge_classes(problem: Problem) -> Problem:
         return problem
     merged: list[tuple[PodClass, list[Pod]]] = []
     for members in groups.values():
-        pods = sorted((p for m in members for p in m.pods), key=karpenter_order)
+        pods = karpenter_sorted(p for m in members for p in m.pods)
         merged.append((members[0], pods))
     merged.sort(key=lambda item: karpenter_order(item[1][0]))
     classes = [PodClass(index=i, pods=tuple(pods), requests=first.requests, bundle=first.bundle)

@@ -46,8 +46,9 @@ from solver.decode import decode, shrink
 from solver.dive import dive
 from solver.explain import explain
 from solver.gate import gate
+from solver.gcpause import paused_collection
 from solver.greedy import finish_greedily, greedy_placement
-from solver.lns import construct, improve
+from solver.lns import construct, improve, reconstruct
 from solver.master import solve_master
 from solver.merge import merge_classes
 from solver.patterns import Pattern
@@ -58,8 +59,9 @@ from solver.rules.preferences import PreferencePolicy
 from solver.verify.dra import with_devices
 
 #: seconds per pod held back from the time limit for decoding, gating and writing the plan (measured at
-#: 100,000 pods: scoring, the plan, the gate and its JSON take 3.3 CPU s after the last stage)
-RESERVE_PER_POD = 4e-5
+#: 100,000 pods: scoring, the plan, the gate and its JSON take 3.3 CPU s after the last stage; at 50,000 diverse
+#: pods the relaxed bound, the gate, the JSON and the process exit took 3.1–4.8 s of wall at load 2–3)
+RESERVE_PER_POD = 7e-5
 #: the most of the time limit that reserve may take
 RESERVE_MAX_SHARE = 0.15
 #: finishing a cut-short dive greedily (its leftover pods, then shrinking every node) takes about this share of
@@ -81,6 +83,17 @@ COLGEN_START_SHARE = 0.5
 CONSTRUCT_RESERVE = 0.12
 #: greedy's time for the whole batch, times this, is kept back for placing what a cut-short construction left
 FINISH_MARGIN = 1.5
+#: seconds per unit of demand decoding the construction's patterns into nodes takes (measured: 1.4 s for 50,000
+#: diverse pods on 11,480 nodes), kept back from the construction's share
+DECODE_PER_UNIT = 3e-5
+#: seconds per class × bin pair the construction's set-up takes before its first pattern (its copies matrix and
+#: class values: measured 2.0 s for 4,603 classes × 1,200 bins)
+CONSTRUCT_SETUP_PER_PAIR = 4e-7
+#: a construction cut short below this share of the units placed is dropped: greedy would redo nearly all of it
+CONSTRUCT_MIN_SHARE = 0.1
+#: plans with more new nodes than this are searched by re-building a share of them (``lns.reconstruct``), smaller
+#: ones by exact re-packs of a few nodes (``lns.improve``)
+RECONSTRUCT_ABOVE = 400
 #: share of the time limit the construction may use even when loading, compiling and greedy used it all
 CONSTRUCT_FLOOR = 0.03
 #: column generation is not started with less than this many seconds left (LNS uses them instead)
@@ -366,21 +379,35 @@ class _Run:
         self.stats.bins = len(self.bins)
 
     def first_improvement(self) -> None:
-        """Pattern construction (``solver.lns.construct``): a plan better than greedy's within a small share
-        of the time, before column generation; what it has not placed when its share ends, greedy places."""
+        """Pattern construction (``solver.lns.construct``): a plan better than greedy's within a share of the
+        time, before column generation. The share covers the construction, decoding it and greedy placing what
+        it has not placed: the construction stops while greedy's time for the units it leaves still fits (a
+        plan cut short and thrown away is Karpenter's answer again; 50,000 diverse pods need about 10 s of
+        construction, often more than is left after compiling and greedy)."""
         with self.stats.stage("construct"):
             now = time.monotonic()
             seconds = max(self.deadline - now, 0.0)
-            # its share, but never the time greedy needs to place what it leaves (a plan cut short and thrown
-            # away is Karpenter's answer again); even with the time spent, a short floor: the construction is
-            # what beats Karpenter's answer
-            budget = max(min(seconds * CONSTRUCT_SHARE, seconds - FINISH_MARGIN * self.stats.greedy_seconds),
-                         CONSTRUCT_FLOOR * self.options.time_limit)
+            # even with the time spent, a short floor: the construction is what beats Karpenter's answer
+            budget = max(seconds * CONSTRUCT_SHARE, CONSTRUCT_FLOOR * self.options.time_limit)
             if not self.colgen_ahead:  # the construction is the improvement: all but the bound's and LNS's time
                 budget = max(budget, seconds * (1 - CONSTRUCT_RESERVE))
-            chosen = construct(self.bins, self.problem.sizes, self.demand, self.limits, now + budget)
+            units = int(self.demand.sum())
+            per_unit = FINISH_MARGIN * self.stats.greedy_seconds / max(int(self.problem.demand.sum()), 1)
+            end = now + budget - DECODE_PER_UNIT * units
+            setup = CONSTRUCT_SETUP_PER_PAIR * len(self.problem.classes) * len(self.bins)
+            if now + setup + per_unit * units > end:
+                self.stats.notes.append("pattern construction: not started, it could not be finished in the time "
+                                        "left (the large-neighbourhood search improves greedy's plan instead)")
+                return
+            chosen = construct(self.bins, self.problem.sizes, self.demand, self.limits, end, finish_per_unit=per_unit)
             placement = decode(self.problem, self.bins, chosen)
             left = len(placement.unschedulable) - _unplaceable_pods(self.problem, self.demand)
+            pods = sum(len(c.pods) for c in self.problem.classes) - _unplaceable_pods(self.problem, self.demand)
+            if left > (1 - CONSTRUCT_MIN_SHARE) * pods:
+                # greedy would place nearly everything again: its own plan, searched over, is the better use
+                self.stats.notes.append(f"pattern construction: cut short with {left} pods left (the "
+                                        "large-neighbourhood search improves greedy's plan instead)")
+                return
             if left > 0:
                 # greedy places the rest only when there is time for it (its cost scales with the pods)
                 share = left / max(sum(len(c.pods) for c in self.problem.classes), 1)
@@ -388,6 +415,8 @@ class _Run:
                     self.stats.notes.append("pattern construction: cut short, no time to finish it")
                     return
                 placement = shrink(self.problem, finish_greedily(self.problem, placement))
+                self.stats.notes.append(f"pattern construction: cut short by the time limit, greedy placed the "
+                                        f"{left} pods it left")
             if self.offer(placement, "construct"):
                 self.warm = self.placement
 
@@ -403,21 +432,30 @@ class _Run:
         return False
 
     def search(self) -> None:
-        """Large-neighbourhood search over the best plan with whatever time is left (``solver.lns.improve``):
-        what a stage cut short by the time limit hands over to."""
+        """Large-neighbourhood search over the best plan with whatever time is left: what a stage cut short by
+        the time limit hands over to. Plans of many nodes are re-built a few hundred nodes at a time with the
+        construction's fills (``solver.lns.reconstruct``, on the placement itself), smaller ones re-packed exactly
+        (``solver.lns.improve``, on patterns: decoding its result comes after it, and its time is kept back)."""
         meets_bound = self.pure_cost and self.all_placeable_scheduled \
             and self.placement.cost_micros(self.problem) <= self.bound + 0.5
         if self.proven or meets_bound or self.decided() or self.time_left() <= 0.3:
             return
         with self.stats.stage("lns"):
-            incumbent = _patterns_of(self.problem, self.bins, self.placement)
-            # building each re-pack model and decoding the result come on top of CP-SAT's own time
-            result = improve(self.bins, self.problem.sizes, incumbent, self.limits, self.deadline - 0.2,
-                             seed=self.options.seed, deterministic=self.options.deterministic)
-            if result.improved:
-                self.offer(decode(self.problem, self.bins, result.chosen), "lns")
-        self.stats.notes.append(f"large-neighbourhood search: {result.improved} of {result.iterations} "
-                                "neighbourhoods improved")
+            if len(self.placement.new_nodes) > RECONSTRUCT_ABOVE:
+                rebuilt, improved, iterations = reconstruct(self.problem, self.bins, self.placement, self.limits,
+                                                            self.deadline - 0.2, seed=self.options.seed)
+                if improved:
+                    self.offer(rebuilt, "lns")
+            else:
+                incumbent = _patterns_of(self.problem, self.bins, self.placement)
+                # building each re-pack model and decoding the result come on top of CP-SAT's own time
+                result = improve(self.bins, self.problem.sizes, incumbent, self.limits,
+                                 self.deadline - 0.2 - DECODE_PER_UNIT * int(self.demand.sum()),
+                                 seed=self.options.seed, deterministic=self.options.deterministic)
+                improved, iterations = result.improved, result.iterations
+                if improved:
+                    self.offer(decode(self.problem, self.bins, result.chosen), "lns")
+        self.stats.notes.append(f"large-neighbourhood search: {improved} of {iterations} neighbourhoods improved")
 
     def cheap_bound(self) -> None:
         """No time for column generation: the resource-share dual bound stands in."""
@@ -580,8 +618,13 @@ class _Run:
 
 
 def solve(snapshot: Snapshot, options: SolveOptions | None = None) -> SolveResult:
-    """The cheapest plan the stages find in the time limit, certified (``_Run.certify``)."""
-    options = options or SolveOptions()
+    """The cheapest plan the stages find in the time limit, certified (``_Run.certify``); the cyclic garbage
+    collector is paused meanwhile (``solver.gcpause``)."""
+    with paused_collection():
+        return _solve(snapshot, options or SolveOptions())
+
+
+def _solve(snapshot: Snapshot, options: SolveOptions) -> SolveResult:
     started = options.started_at if options.started_at is not None else time.monotonic()
     # keep a little time back for decoding, the bound and the plan itself (more for more pods)
     pods = len(snapshot.pods)

@@ -203,8 +203,15 @@ class _Planner:
         self.nodes = [n if isinstance(n, DomainNode) else DomainNode(n[0], tuple(n[1])) for n in nodes]
         self.blocked = set(blocked)
         self.landing = {p.key: p for p in landing}
-        self.rules = {pod.key: domain_rules(pod) for pod in pending}
-        self.carries = {key: set(rules) for key, rules in self.rules.items()}
+        # a pod's rules read only what its replicas share (``PodShape``): worked out once per shape, the
+        # lists and sets shared (read only) by the replicas
+        by_shape: dict[int, tuple[list[DomainRule], set[DomainRule]]] = {}
+        for pod in pending:
+            if id(pod.shape) not in by_shape:
+                rules = domain_rules(pod)
+                by_shape[id(pod.shape)] = (rules, set(rules))
+        self.rules = {pod.key: by_shape[id(pod.shape)][0] for pod in pending}
+        self.carries = {pod.key: by_shape[id(pod.shape)][1] for pod in pending}
         #: rule → the pending pods carrying it
         self.carriers_of: dict[DomainRule, list[Pod]] = {}
         for pod in pending:

@@ -53,3 +53,23 @@ def test_the_limit_bounds_the_whole_solve() -> None:
     # a runaway check only: the wall-time target (limit + 5 %) is measured by the benchmarks, not a timed test
     assert time.monotonic() - began <= 4.0 * 2
     assert verify(snapshot, result.plan) == []
+
+
+def test_when_no_stage_fits_the_search_over_greedys_plan_is_what_beats_it(monkeypatch: Any) -> None:
+    """The construction is not started when it could not be finished in time, nor column generation when its
+    first LP would not: the time goes to the large-neighbourhood search over greedy's plan (re-building shares of
+    its nodes), and the status says a searched plan, not greedy's, comes back — verified."""
+    import solver.provision as provision
+
+    monkeypatch.setattr(provision, "CONSTRUCT_SETUP_PER_PAIR", 1e3)  # as on 50,000 pods: set-up alone overruns
+    monkeypatch.setattr(provision, "COLGEN_START_PER_PAIR", 1e3)
+    monkeypatch.setattr(provision, "RECONSTRUCT_ABOVE", 0)
+    snapshot = snapshot_of(_bench(diverse_objects(600, seed=5)), catalog=karpenter_benchmark_catalog(40))
+    began = time.monotonic()
+    plan = solve(snapshot, SolveOptions(time_limit=4.0)).plan
+    assert time.monotonic() - began < 4.0 + 1.0
+    assert verify(snapshot, plan) == []
+    assert plan.solver.status == "FEASIBLE" and plan.cost.greedy is not None and plan.cost.total < plan.cost.greedy
+    assert any(n.startswith("pattern construction: not started") for n in plan.solver.notes)
+    assert any(n.startswith("large-neighbourhood search:") and not n.startswith("large-neighbourhood search: 0 ")
+               for n in plan.solver.notes)
