@@ -215,8 +215,12 @@ def fractional_upper_bound(b: Bin, sizes: np.ndarray, values: np.ndarray, demand
 
 
 def exact_pricing(b: Bin, sizes: np.ndarray, values: np.ndarray, demand: np.ndarray,
-                  time_limit: float = 1.0) -> tuple[np.ndarray, float]:
-    """Best pattern for these values and an upper bound on its value (equal when proven optimal)."""
+                  time_limit: float = 1.0, work_limit: float | None = None) -> tuple[np.ndarray, float]:
+    """Best pattern for these values and an upper bound on its value (equal when proven optimal).
+
+    ``work_limit`` caps the search in CP-SAT's deterministic time, so the same knapsack gives the same answer
+    however loaded the machine is (a wall-clock cap made plans of the same input differ under load);
+    ``time_limit`` (wall seconds) is only the outer guard of the caller's deadline."""
     model = cp_model.CpModel()
     ks = [k for k in range(len(sizes)) if b.compatible[k] and values[k] > 0 and demand[k] > 0]
     if not ks:
@@ -230,6 +234,8 @@ def exact_pricing(b: Bin, sizes: np.ndarray, values: np.ndarray, demand: np.ndar
     model.maximize(sum(scaled[k] * x[k] for k in ks))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit
+    if work_limit is not None:
+        solver.parameters.max_deterministic_time = work_limit
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = 0
     status = solver.solve(model)
