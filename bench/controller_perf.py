@@ -46,7 +46,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from kubernetes import client, dynamic
@@ -423,7 +423,8 @@ def run(kind: str, cat: Catalog, deployments: Sequence[dict[str, Any]], *, keep:
             log.flush()
             result.decisions = decisions(kind, Path(f"{tmp}/controller.log").read_text(errors="replace"))
             if keep < 1.0 and result.running_s is not None:
-                _scale_down(api, core, cat, deployments, keep, settle, timeout, result)
+                _scale_down(api, core, cat, deployments, keep, settle, timeout, result,
+                            logs / f"{cat.name}-{kind}-{pods}-end.json" if logs is not None else None)
             result.cpu_s, result.peak_mib = _proc(controller.pid)
         finally:
             stop(controller)
@@ -445,7 +446,7 @@ def stop(process: subprocess.Popen[bytes], grace: float = 30.0) -> None:
 
 
 def _scale_down(api: client.ApiClient, core: client.CoreV1Api, cat: Catalog, deployments: Sequence[dict[str, Any]],
-                keep: float, settle: float, timeout: float, result: Result) -> None:
+                keep: float, settle: float, timeout: float, result: Result, snapshot: Path | None = None) -> None:
     apps = client.AppsV1Api(api)
     result.kept_pods = sum(_kept(d["spec"]["replicas"], keep) for d in deployments)
     started = time.monotonic()
@@ -454,18 +455,43 @@ def _scale_down(api: client.ApiClient, core: client.CoreV1Api, cat: Catalog, dep
                                                {"spec": {"replicas": _kept(d["spec"]["replicas"], keep)}})
     names: frozenset[str] = frozenset()
     changed = time.monotonic()
+    kept = False
     while time.monotonic() - started < timeout:
         claims = _claims(api)
         now = frozenset(c["metadata"]["name"] for c in claims)
         if now != names:
             names, changed = now, time.monotonic()
         running, live = _running(core)
+        if not kept and live == result.kept_pods and snapshot is not None:
+            # the scale-down done, before the first decision's 15 s validation wait ends: what consolidation
+            # starts from
+            keep_snapshot(api, snapshot.with_name(snapshot.name.replace("-end.json", "-start.json")))
+            kept = True
         if running == live == result.kept_pods and time.monotonic() - changed >= settle:
             result.settled_s = changed - started
             break
         time.sleep(2.0)
     claims = _claims(api)
     result.claims_after, result.cost_after = len(claims), _cost(cat, claims)
+    if snapshot is not None:
+        keep_snapshot(api, snapshot)
+
+
+def keep_snapshot(api: client.ApiClient, path: Path) -> None:
+    """The cluster as ``kubectl get -o json`` would list it (NodePools, Nodes, NodeClaims, pods), for
+    ``nodeplan consolidate`` to be run on offline."""
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    items: list[dict[str, Any]] = []
+    for kind, listed in (("Node", core.list_node().items), ("Pod", core.list_namespaced_pod(NAMESPACE).items)):
+        for obj in listed:
+            raw = api.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
+            items.append({"apiVersion": "v1", "kind": kind, **raw})
+    for plural, kind in (("nodepools", "NodePool"), ("nodeclaims", "NodeClaim")):
+        listed_custom = cast(dict[str, Any], custom.list_cluster_custom_object("karpenter.sh", "v1", plural))
+        for raw in listed_custom["items"]:
+            items.append({**raw, "apiVersion": "karpenter.sh/v1", "kind": kind})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
 
 
 # --- table --------------------------------------------------------------------------------------------------
@@ -513,7 +539,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--timeout", type=float, default=600.0, help="per phase")
     parser.add_argument("--bound-time-limit", type=float, default=30.0)
-    parser.add_argument("--logs", type=Path, help="directory to keep each controller's log in")
+    parser.add_argument("--logs", type=Path, help="directory to keep each controller's log (and the consolidated "
+                        "state after the scale-down and the consolidated end state as JSON snapshots, "
+                        "CATALOG-CONTROLLER-PODS-start.json and -end.json) in")
     args = parser.parse_args(argv)
     bin_dir = subprocess.run([str(CONTROL_PLANE / "build.sh")], check=True, capture_output=True,
                              text=True).stdout.strip().splitlines()[-1]

@@ -22,6 +22,7 @@ not being deleted (a pass interrupted by a crash) is removed at the start of the
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -48,7 +49,7 @@ from model.nodepool import NodePool
 from model.snapshot import Snapshot
 from solver.disruption.candidates import ClusterState, analyse
 from solver.disruption.consolidate import ConsolidateOptions
-from solver.disruption.plan import ConsolidationResult, consolidate
+from solver.disruption.plan import ConsolidationResult, consolidate, why_nothing
 
 log = get_logger(__name__)
 
@@ -58,6 +59,8 @@ REPLACES_ANNOTATION = "nodeplan.io/replaces"
 #: how long a pass that found nothing stands while the cluster does not change (Karpenter's ConsolidationState
 #: resets after five minutes, for what it cannot watch: prices, instance type availability)
 CONSOLIDATED_FOR = 300.0
+#: the line of a pass skipped because the last pass found nothing in this very cluster (``_consolidated``)
+CONSOLIDATED = "consolidated: nothing changed since the last pass"
 #: blocked-candidate reasons worth an Event (the others — consolidateAfter, not initialized — are transient)
 _ACTIONABLE = ("node has", "pod ", "PodDisruptionBudget", "nominated")
 
@@ -277,6 +280,8 @@ class Disruption:
         #: the cluster as the last pass that found nothing saw it, and when (``_consolidated``)
         self._nothing_seen: tuple[object, ...] | None = None
         self._nothing_at = 0.0
+        #: why the last passes decided nothing, as last logged at INFO (``_level``)
+        self._said = ""
 
     # -- the loop -----------------------------------------------------------------------------------------
     def run(self, stop: threading.Event, heartbeat: Callable[[], None] = lambda: None,
@@ -337,10 +342,28 @@ class Disruption:
         if self._metrics is not None and self._metrics.passes is not None:
             self._metrics.passes(record.seconds, False)
         self.history.append(record)
-        level = logging.INFO if record.outcome not in ("busy", "nothing") else logging.DEBUG
-        log.log(level, f"consolidation pass: {record.outcome}" + (f" ({record.detail})" if record.detail else ""),
+        if record.outcome not in ("busy", "nothing"):
+            self._nothing_seen = None  # the pass acted: what an earlier empty pass saw no longer stands
+        log.log(self._level(record), f"consolidation pass: {record.outcome}"
+                + (f" ({record.detail})" if record.detail else ""),
                 **({"node": ",".join(record.removed)} if record.removed else {}))
         return record
+
+    def _level(self, record: PassRecord) -> int:
+        """INFO for a pass that acted, and for the first pass of each distinct reason to decide nothing (busy,
+        no candidate, budgets, PDBs, no saving, the plan gate): an operator sees why consolidation stopped
+        without a line every ``interval``. A skip because nothing changed restates the last reason: DEBUG."""
+        if record.outcome not in ("busy", "nothing"):
+            self._said = ""
+            return logging.INFO
+        if record.detail == CONSOLIDATED:
+            return logging.DEBUG
+        # names and counts change from pass to pass; the kind of reason is what is new
+        key = re.sub(r"\S*\d\S*", "#", f"{record.outcome}: {record.detail}")
+        if key == self._said:
+            return logging.DEBUG
+        self._said = key
+        return logging.INFO
 
     def _step(self, started: float) -> PassRecord:
         self._untaint_stale()
@@ -352,7 +375,7 @@ class Disruption:
             return PassRecord(started, "nothing", "no NodePool")
         seen = consolidation_state(snapshot, analyse(snapshot, self._now()))
         if self._consolidated(seen):
-            return PassRecord(started, "nothing", "consolidated: nothing changed since the last pass")
+            return PassRecord(started, "nothing", CONSOLIDATED)
         t0 = time.monotonic()
         result = consolidate(snapshot, self._consolidate_options())
         if self._metrics is not None:
@@ -365,7 +388,7 @@ class Disruption:
                 if node.blocked:
                     blocked[node.blocked.split(" ")[0]] = blocked.get(node.blocked.split(" ")[0], 0) + 1
             self._nothing_seen, self._nothing_at = seen, time.monotonic()
-            return PassRecord(started, "nothing", plan.solver.status, plan=plan, blocked=blocked)
+            return PassRecord(started, "nothing", why_nothing(result), plan=plan, blocked=blocked)
         decision = self._decision(result, snapshot)
         log.info(f"consolidation decision: {decision.describe()}; validating in {self.options.validation_wait:.0f}s",
                  node=",".join(r.node for r in decision.plan.remove),

@@ -6,11 +6,14 @@ cheapest-reachable-state bound), single-class and mixed fills of every bin, and 
 Karpenter's own decision and the drain-first heuristic (over every kept node) are warm starts, so the plan is
 never worse than either. Up to ``WHOLE_MODEL_CANDIDATES`` candidates one model decides them all; above, the
 large-neighbourhood search of ``lns.py`` improves the better start window by window (the whole model does not
-reach its warm start in time there), and stops once the plan reaches the savings bound.
+reach its warm start in time there), and stops once the plan reaches the savings bound. When the budgets
+stop the plan short of the cheapest reachable state, the decision is a budget-sized step toward the
+budget-free plan instead (``target.py``), unless Karpenter's own decision saves more now.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +32,7 @@ from solver.disruption.drain import drain_first
 from solver.disruption.lns import Incumbent, Search, SearchReport
 from solver.disruption.model import Model, Pattern, fill_patterns, finish, fits, onto_existing, patterns_from
 from solver.disruption.moves import movable_copy, solver_snapshot
+from solver.disruption.target import budget_step, lifted
 from solver.disruption.yardstick import Decision, Yardstick
 from solver.placement import Placement
 from solver.problem import Problem, compile_problem
@@ -44,6 +48,8 @@ MAX_DESTINATIONS = 400
 WHOLE_MODEL_CANDIDATES = 250
 #: the re-provisioning solve (patterns, bound) gets at most this many seconds
 MAX_REPROVISION = 4.0
+#: share of the time left that solving the budget-free target may use (``_toward_target``)
+TARGET_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,9 @@ class ConsolidateOptions:
     #: share of the time limit the re-provisioning solve (patterns and bound) may use
     reprovision_share: float = 0.25
     started_at: float | None = None
+    #: when the budgets cap the plan, step toward the budget-free plan (``target.py``) rather than save the
+    #: most now
+    lookahead: bool = True
 
 
 @dataclass
@@ -256,12 +265,25 @@ def plan_consolidation(snapshot: Snapshot, state: ClusterState, options: Consoli
         decision = Yardstick(snapshot, state, spot_to_spot=options.spot_to_spot, deadline=budget).decide()
         stage("yardstick", time.monotonic() - t0)
     bound = budget_savings_bound(state)
+    lower = sum(s.price for s in state.nodes) - bound
+    if options.lookahead and _budget_binds(state, bound, options):
+        step = _toward_target(snapshot, state, options, deadline, stage, lower)
+        if step is not None and (decision is None or not _beats(decision.removed, decision.savings, step, 0.0)):
+            if drained:  # what the gate falls back to should the step fail verification
+                step.fallback = Outcome([candidates[k] for k in drained],
+                                        _placement_of(problem, candidates, drained, onto, class_of), problem,
+                                        "FEASIBLE", lower_bound=lower)
+            step.yardstick = decision
+            step.notes = notes + step.notes
+            return step
+        if step is not None:
+            notes.append(f"the yardstick's {decision.method if decision else ''} decision saves more now than "
+                         "the step toward the budget-free plan; the budgeted plan is solved")
     large = len(candidates) > WHOLE_MODEL_CANDIDATES
     # on the search's side a drain-first plan that already saves the bound is the answer (nothing can save
     # more; the whole model would still look for fewer evictions)
     settled = large and not options.eviction_price and drain_saving >= bound - 1e-9 and not any(
         s.reason in ("Drifted", "Expired") for s in candidates)
-    lower = sum(s.price for s in state.nodes) - bound
     patterns: list[Pattern] = []
     if settled:
         notes.append("the drain-first plan reaches the savings bound: no re-provisioning or search needed")
@@ -311,6 +333,38 @@ def plan_consolidation(snapshot: Snapshot, state: ClusterState, options: Consoli
     outcome.yardstick = decision
     outcome.notes = notes + outcome.notes
     return outcome
+
+
+def _budget_binds(state: ClusterState, bound: float, options: ConsolidateOptions) -> bool:
+    """Do the budgets cap what the candidates could save (so the greedy plan may stall above the reachable
+    state)? Drift and expiration go first by their own rules, and an eviction price weighs each step's
+    evictions: those plans stay the budgeted model's."""
+    return (not options.eviction_price and not any(s.reason in ("Drifted", "Expired") for s in state.candidates)
+            and bound < sum(s.price for s in state.candidates) - 1e-9)
+
+
+def _toward_target(snapshot: Snapshot, state: ClusterState, options: ConsolidateOptions, deadline: float,
+                   stage: Callable[[str, float], None], lower: float) -> Outcome | None:
+    """One budget-sized step of the budget-free plan (``target.py``), solved in ``TARGET_SHARE`` of the time
+    left; None when the target removes nothing or no part of it fits the budgets now."""
+    t0 = time.monotonic()
+    target = plan_consolidation(snapshot, lifted(state), dataclasses.replace(options, yardstick=False,
+                                                                             lookahead=False),
+                                t0 + (deadline - t0) * TARGET_SHARE, lambda name, s: stage(f"target {name}", s))
+    stage("target", time.monotonic() - t0)
+    if target is None or not target.removed or target.placement.unschedulable:
+        return None
+    step = budget_step(state, target.problem, target.removed, target.placement, spot_to_spot=options.spot_to_spot)
+    if step is None:
+        return None
+    removed, placement = step
+    after = sum(s.price for s in state.nodes) - savings(target.removed, target.problem, target.placement)
+    note = (f"a step toward the budget-free plan (it removes {len(target.removed)} node(s), "
+            f"{after:.3f} $/h after): {len(removed)} of them now, within the budgets")
+    # a plan within the budgets is a plan without them: the target's bound holds for the step too
+    floor = max(lower, target.lower_bound) if target.lower_bound is not None else lower
+    return Outcome(removed, placement, target.problem, "FEASIBLE", lower_bound=floor, patterns=target.patterns,
+                   notes=[note])
 
 
 def _whole_model(problem: Problem, state: ClusterState, candidates: list[NodeState], patterns: list[Pattern],

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from model import labels as wk
 from model.disruption import (
     BudgetUse,
     Disruption,
@@ -17,6 +19,7 @@ from model.disruption import (
 )
 from model.errors import InputError
 from model.snapshot import Snapshot
+from solver.disruption.budgets import Allowances
 from solver.disruption.candidates import ClusterState, analyse, eviction_cost
 from solver.disruption.consolidate import ConsolidateOptions, Outcome, plan_consolidation
 from solver.disruption.verify import verify_disruption
@@ -36,6 +39,49 @@ class ConsolidationResult:
     @property
     def budget_errors(self) -> list[InputError]:
         return self.state.errors
+
+
+def _blocker(reason: str) -> str:
+    """The kind of rule a blocked node's reason names (``analyse``'s wording), for counting."""
+    for needle, kind in ((wk.DO_NOT_DISRUPT, "do-not-disrupt"), ("PodDisruptionBudget", "PDB"),
+                         ("consolidationPolicy WhenEmpty", "WhenEmpty policy"),
+                         ("consolidateAfter is", "consolidateAfter Never"), ("consolidateAfter", "consolidateAfter"),
+                         ("nominated", "nominated"), ("pod affinity", "hostname pod affinity"),
+                         ("being disrupted", "being disrupted")):
+        if needle in reason:
+            return kind
+    return reason.split(" (")[0]
+
+
+def why_nothing(result: ConsolidationResult) -> str:
+    """Why ``result`` disrupts nothing, in one line an operator can act on: no candidate (and what blocks the
+    nodes), budgets or PDBs that allow no removal now, a plan the verifier rejected, or no move that saves
+    (with the solver's status and the bound it proved)."""
+    state, plan = result.state, result.plan
+    counts = Counter(_blocker(n.blocked) for n in state.nodes if n.blocked)
+    blocked = ", ".join(f"{kind}: {n}" for kind, n in sorted(counts.items()))
+    held = f"; blocked nodes: {blocked}" if blocked else ""
+    if not state.candidates:
+        return f"no candidate node among {len(state.nodes)}{held}"
+    allowances = Allowances(state)
+    if not any(allowances.allows(s) for s in state.candidates):
+        budgets = [s for s in state.candidates if s.pool is not None and any(
+            limit.allowed == 0 and s.reason is not None and limit.covers(s.reason)
+            for limit in state.budgets.get(s.pool.name, []))]
+        if len(budgets) == len(state.candidates):
+            limits = "; ".join(f"NodePool {b.node_pool} {'/'.join(b.reasons)}: {b.allowed}"
+                               + (f" ({b.window})" if b.window else "") for b in plan.budgets)
+            return f"disruption budgets allow no removal now ({limits}); {len(state.candidates)} candidate(s)"
+        return (f"PodDisruptionBudgets allow no candidate's evictions now ({len(state.candidates)} "
+                f"candidate(s){held})")
+    gate = next((n for n in plan.solver.notes if n.startswith("plan gate:")), "")
+    if gate:
+        return gate
+    bound = plan.cost.lower_bound if plan.cost.lower_bound is not None else plan.solver.objective_bound
+    allowed = sum(b.allowed for b in plan.budgets)
+    return (f"no move saves: {len(state.candidates)} candidate(s), budgets allow {allowed} node(s); solver "
+            f"{plan.solver.status}, {plan.cost.before:.4f} $/h now, lower bound "
+            + (f"{bound:.4f} $/h" if bound is not None else "unknown") + held)
 
 
 def _replacement_name(index: int, pool: str) -> str:
