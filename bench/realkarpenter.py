@@ -147,7 +147,7 @@ def verdict(snapshot: Snapshot, plan: ProvisioningPlan) -> str:
 
 
 COLUMNS = ("mix", "catalog", "pods", "seed", "scheduler", "wall s", "solve s", "status", "nodes", "cost $/h",
-           "/ karpenter", "unschedulable", "verifier")
+           "/ karpenter", "bound $/h", "bound / karpenter", "plan / bound", "unschedulable", "verifier")
 
 #: the mixes compared with the real Karpenter: its benchmark's generators
 MIXES: dict[str, Callable[[int, int], list[dict[str, Any]]]] = {
@@ -165,11 +165,16 @@ def catalog_named(name: str) -> tuple[InstanceType, ...]:
 
 
 def _cells(mix: str, catalog: str, pods: int, seed: int, scheduler: str, wall: float, solve_s: float,
-           plan: ProvisioningPlan, karpenter_cost: float, snapshot: Snapshot) -> list[str]:
+           plan: ProvisioningPlan, karpenter_cost: float, snapshot: Snapshot, bound: float) -> list[str]:
+    """One row; the bound cells are nodeplan's certified lower bound (its own plan's, ``bound``), "-" when none."""
     total = plan.cost.total
+    bound_cells = ["-"] * 3
+    if bound > 0:
+        bound_cells = [f"{bound:.3f}", f"{bound / karpenter_cost:.3f}" if karpenter_cost else "n/a",
+                       f"{total / bound:.3f}"]
     return [mix, catalog, str(pods), str(seed), scheduler, f"{wall:.1f}", f"{solve_s:.1f}", plan.solver.status,
             str(len(plan.node_claims)), f"{total:.3f}", f"{total / karpenter_cost:.3f}" if karpenter_cost else "n/a",
-            str(len(plan.unschedulable)), verdict(snapshot, plan)]
+            *bound_cells, str(len(plan.unschedulable)), verdict(snapshot, plan)]
 
 
 def compare(mix: str, catalog_name: str, pods: int, seed: int, time_limit: float, binary: Path,
@@ -189,13 +194,14 @@ def compare(mix: str, catalog_name: str, pods: int, seed: int, time_limit: float
     stages = result.plan.solver.stages
     yardstick = yardstick_plan(result)
     reference = karpenter.plan.cost.total
+    bound = result.plan.cost.lower_bound
     return [
         _cells(mix, catalog_name, pods, seed, "nodeplan", wall, wall - (loaded - started), result.plan, reference,
-               snapshot),
+               snapshot, bound),
         _cells(mix, catalog_name, pods, seed, "yardstick", stages.get("compile", 0.0) + stages.get("greedy", 0.0),
-               stages.get("greedy", 0.0), yardstick, reference, snapshot),
+               stages.get("greedy", 0.0), yardstick, reference, snapshot, bound),
         _cells(mix, catalog_name, pods, seed, f"karpenter {karpenter.version}", karpenter.wall,
-               karpenter.solve_seconds, karpenter.plan, reference, snapshot),
+               karpenter.solve_seconds, karpenter.plan, reference, snapshot, bound),
     ]
 
 

@@ -153,6 +153,12 @@ def test_compare_gives_three_rows_on_identical_input(tmp_path: Path) -> None:
     assert rows[2][10] == "1.000"
     assert all(r[-1] == "ok" for r in rows)  # generic pods: every plan verifies
     assert float(rows[0][9]) <= float(rows[1][9]) + 1e-6  # nodeplan never worse than its yardstick
+    # the bound cells are nodeplan's certified bound, the same on all three rows, never above any verified plan
+    bound = float(rows[0][11])
+    assert 0 < bound <= min(float(r[9]) for r in rows) + 1e-6
+    assert all(r[11] == rows[0][11] for r in rows)
+    assert rows[2][12] == f"{bound / float(rows[2][9]):.3f}"
+    assert rows[0][13] == f"{float(rows[0][9]) / bound:.3f}"
 
 
 @needs_binary
