@@ -240,7 +240,7 @@ def run_cmd(
             record=shadow_record, settle_timeout=shadow_settle_timeout,
             consolidation_interval=consolidation_interval if consolidation else 0.0,
             consolidation_time_limit=consolidation_time_limit, workers=solver_workers, spot_to_spot=spot),
-        nodepool_selector=selector)
+        nodepool_selector=selector, freeze_heap_after_sync=True)
     extra: dict[str, Any] = {}
     operator = None
     if provider is Provider.aws:

@@ -46,6 +46,7 @@ from model.nodepool import NodeClaim, NodePool
 from providers.kwok import kwok_catalog
 from providers.kwok_nodes import KwokProvider
 from providers.protocol import CloudProvider, Launched, NodeClaimNotFoundError, NodeClassKind, RepairPolicy
+from solver.gcpause import freeze_survivors
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,9 @@ class ControllerOptions:
     #: the NodePools this nodeplan owns (``--nodepool-selector``; None: every one); the others' nodes are
     #: existing capacity, their NodeClaims are never launched, drained or deleted
     nodepool_selector: LabelSelector | None = None
+    #: once the cache has synced, freeze what is alive (imports, the cache) out of the cyclic collector's walks
+    #: (``solver.gcpause.freeze_survivors``); on for ``nodeplan run``, off where tests run it in a thread
+    freeze_heap_after_sync: bool = False
 
 
 def api_client(kubeconfig: str | None = None, *, qps: float = throttle.DEFAULT_QPS,
@@ -326,7 +330,10 @@ class Controller:
                     return
                 log.info("waiting for the cache to sync (are the CRDs installed?)")
             self.synced.set()
-            log.info("cache synced")
+            if self.options.freeze_heap_after_sync:
+                log.info("cache synced; %d objects frozen out of the collector's walks", freeze_survivors())
+            else:
+                log.info("cache synced")
             if self.elector is not None:
                 # its own stop: it keeps renewing until the workers have finished, then the Lease is released
                 elector_thread = threading.Thread(target=self.elector.run, args=(elector_stop,),

@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from solver.gcpause import paused_collection
+from solver.gcpause import freeze_survivors, paused_collection
 
 
 def test_collection_is_paused_inside_and_restored_after_even_when_nested_or_failing() -> None:
@@ -30,3 +30,27 @@ def test_a_collector_disabled_before_stays_disabled() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_survivors_are_frozen_out_of_full_collections_and_garbage_is_still_freed() -> None:
+    """What is alive at the call leaves the collector's walks (a full collection no longer visits it), while
+    garbage cycles made before the call are collected first, not frozen with the survivors."""
+    import weakref
+
+    class Node:
+        peer: object = None
+
+    gc.collect()
+    survivor = Node()
+    cycle = Node()
+    cycle.peer = cycle  # unreachable once the name goes: only the cyclic collector frees it
+    dead = weakref.ref(cycle)
+    del cycle
+    try:
+        frozen = freeze_survivors()
+        assert dead() is None
+        assert frozen >= 1 and gc.get_freeze_count() == frozen
+        assert not any(obj is survivor for obj in gc.get_objects())
+    finally:
+        gc.unfreeze()
+    assert any(obj is survivor for obj in gc.get_objects())
