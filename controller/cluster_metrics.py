@@ -289,8 +289,8 @@ class ClusterStateMetrics:
         self._logs: dict[str, ChangeLog] | None = None
         #: pod key ("namespace/name") → facts at the last refresh
         self._pods: dict[str, PodFacts] = {}
-        #: pod key → (the well-known labels of the node its line was rendered with, the part holding the line)
-        self._pod_lines: dict[str, tuple[tuple[tuple[str, str], ...] | None, _Part]] = {}
+        #: pod key → the part holding its line
+        self._pod_part: dict[str, _Part] = {}
         #: the pod lines in parts of ``POD_PART`` (a part with no changed pod keeps its text, the same object, so
         #: its compressed piece is kept too)
         self._pod_parts: list[_Part] = []
@@ -467,9 +467,8 @@ class ClusterStateMetrics:
         self._pending.discard(key)
         self._unbound.discard(key)
         self._render.pop(key, None)
-        kept = self._pod_lines.pop(key, None)
-        if kept is not None:
-            part = kept[1]
+        part = self._pod_part.pop(key, None)
+        if part is not None:
             del part.lines[key]
             part.text = None
             if not part.lines:
@@ -498,20 +497,16 @@ class ClusterStateMetrics:
     def _render_pods(self) -> None:
         for key in self._render:
             facts = self._pods[key]
-            where = self._nodes.get(facts.node)
-            labels = where.labels if where is not None else None
-            text = line(series(POD_STATE.name, self._pod_labels(facts, where)), 1.0)
-            kept = self._pod_lines.get(key)
-            if kept is None:
+            text = line(series(POD_STATE.name, self._pod_labels(facts, self._nodes.get(facts.node))), 1.0)
+            part = self._pod_part.get(key)
+            if part is None:
                 part = self._pod_parts[-1] if self._pod_parts else None
                 if part is None or len(part.lines) >= POD_PART:
                     part = _Part({})
                     self._pod_parts.append(part)
-            else:
-                part = kept[1]
+                self._pod_part[key] = part
             part.lines[key] = text
             part.text = None
-            self._pod_lines[key] = (labels, part)
         self._render.clear()
 
     def _render_nodes(self) -> None:
