@@ -75,10 +75,10 @@ def run_cmd(
     solve_time_limit: Annotated[float, typer.Option("--solve-time-limit", parser=Duration(0.1), metavar="DURATION",
                                                     show_default="10s",
                                                     help="How long the solver may spend on one batch.")] = 10.0,
-    decision_gap: Annotated[float, typer.Option("--decision-gap", min=0.0, max=1.0, help="Decide a batch as soon "
-                                                "as its plan is certified within this relative gap of the lower "
-                                                "bound (0.02: 2 %), not at --solve-time-limit; 0: prove optimal "
-                                                "or use the time.")] = 0.02,
+    decision_gap: Annotated[float, typer.Option("--decision-gap", min=0.0, max=1.0, help="Decide a batch (and a "
+                                                "consolidation decision) as soon as its plan is certified within "
+                                                "this relative gap of the lower bound (0.02: 2 %), not at the time "
+                                                "limit; 0: prove optimal or use the time.")] = 0.02,
     bind_grace: Annotated[float, typer.Option("--bind-grace", parser=Duration(), metavar="DURATION",
                                               show_default="15s", help="How long after a NodeClaim is "
                                               "initialized its pods stay reserved for it.")] = 15.0,
@@ -235,7 +235,8 @@ def run_cmd(
         health_port=health_port, bind_address=bind_address, leader_elect=elect, lease_namespace=namespace,
         lease_name=leader_election_name, disruption=DisruptionOptions(
             enabled=consolidation, interval=consolidation_interval, time_limit=consolidation_time_limit,
-            validation_wait=consolidation_validation_wait, workers=solver_workers, spot_to_spot=spot),
+            validation_wait=consolidation_validation_wait, workers=solver_workers, spot_to_spot=spot,
+            decision_gap=decision_gap),
         shadow=shadow, shadow_options=ShadowOptions(
             record=shadow_record, settle_timeout=shadow_settle_timeout,
             consolidation_interval=consolidation_interval if consolidation else 0.0,

@@ -50,6 +50,7 @@ from model.snapshot import Snapshot
 from solver.disruption.candidates import ClusterState, analyse
 from solver.disruption.consolidate import ConsolidateOptions
 from solver.disruption.plan import ConsolidationResult, consolidate, why_nothing
+from solver.disruption.target import Target
 
 log = get_logger(__name__)
 
@@ -78,6 +79,9 @@ class DisruptionOptions:
     seed: int = 0
     workers: int = 2
     spot_to_spot: bool = False
+    #: a decision stops once certified within this relative gap (``ConsolidateOptions.gap``; the provisioner's
+    #: ``--decision-gap``)
+    decision_gap: float = 0.02
 
 
 # -- what a pass writes -----------------------------------------------------------------------------------
@@ -282,6 +286,9 @@ class Disruption:
         self._nothing_at = 0.0
         #: why the last passes decided nothing, as last logged at INFO (``_level``)
         self._said = ""
+        #: the budget-free plan the last decision stepped toward: the next pass takes its next step without
+        #: solving it again while it holds (``ConsolidateOptions.target``), for ``CONSOLIDATED_FOR`` seconds
+        self._target: Target | None = None
 
     # -- the loop -----------------------------------------------------------------------------------------
     def run(self, stop: threading.Event, heartbeat: Callable[[], None] = lambda: None,
@@ -378,6 +385,7 @@ class Disruption:
             return PassRecord(started, "nothing", CONSOLIDATED)
         t0 = time.monotonic()
         result = consolidate(snapshot, self._consolidate_options())
+        self._target = result.outcome.target if result.outcome is not None else None
         if self._metrics is not None:
             self._metrics.evaluation.observe(time.monotonic() - t0)
         self._observe_candidates(result)
@@ -414,8 +422,11 @@ class Disruption:
 
     def _consolidate_options(self) -> ConsolidateOptions:
         o = self.options
+        target = self._target
+        if target is not None and time.monotonic() - target.solved_at >= CONSOLIDATED_FOR:
+            target = None  # what it cannot see (prices, offerings, a better plan) may have changed: solve again
         return ConsolidateOptions(time_limit=o.time_limit, now=self._now(), seed=o.seed, workers=o.workers,
-                                  spot_to_spot=o.spot_to_spot)
+                                  spot_to_spot=o.spot_to_spot, gap=o.decision_gap, target=target)
 
     def _revalidate(self, decision: Decision) -> Revalidation:
         """The decision as it holds on a fresh snapshot (Karpenter's candidate re-check and re-simulation)."""

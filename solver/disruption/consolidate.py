@@ -32,7 +32,7 @@ from solver.disruption.drain import drain_first
 from solver.disruption.lns import Incumbent, Search, SearchReport
 from solver.disruption.model import Model, Pattern, fill_patterns, finish, fits, onto_existing, patterns_from
 from solver.disruption.moves import movable_copy, solver_snapshot
-from solver.disruption.target import budget_step, lifted
+from solver.disruption.target import Target, budget_step, lifted, portable, restore
 from solver.disruption.yardstick import Decision, Yardstick
 from solver.placement import Placement
 from solver.problem import Problem, compile_problem
@@ -73,6 +73,13 @@ class ConsolidateOptions:
     #: when the budgets cap the plan, step toward the budget-free plan (``target.py``) rather than save the
     #: most now
     lookahead: bool = True
+    #: the decision gap (``SolveOptions.gap``; the controller's ``--decision-gap``): the re-provisioning solve
+    #: stops once its plan is certified within it, and the whole model once CP-SAT's bound is within it of the
+    #: best plan's cost after the move. 0: each runs to its share of the time limit
+    gap: float = 0.0
+    #: the budget-free plan an earlier pass stepped toward (``Outcome.target``): its next step is taken
+    #: without solving it again while it still holds on this cluster (``target.restore``)
+    target: Target | None = None
 
 
 @dataclass
@@ -91,6 +98,8 @@ class Outcome:
     #: the plan this one improved on (the search's start): what is returned if this one fails verification
     fallback: Outcome | None = None
     search: SearchReport | None = None
+    #: the budget-free plan this outcome is a step of, for the next pass (``ConsolidateOptions.target``)
+    target: Target | None = None
 
 
 def _receivers(snapshot: Snapshot, state: ClusterState, shortlist: list[NodeState]) -> Snapshot:
@@ -292,7 +301,7 @@ def plan_consolidation(snapshot: Snapshot, state: ClusterState, options: Consoli
         share = min((deadline - t0) * options.reprovision_share, MAX_REPROVISION)
         everything = solve(compiled.emptied(),
                            SolveOptions(time_limit=max(share, 0.5), seed=options.seed, workers=options.workers,
-                                        deterministic=options.deterministic))
+                                        deterministic=options.deterministic, gap=options.gap))
         stage("reprovision", time.monotonic() - t0)
         if len(candidates) == len(state.candidates):
             reachable = reachable_cost(state, everything.plan)
@@ -343,15 +352,35 @@ def _budget_binds(state: ClusterState, bound: float, options: ConsolidateOptions
             and bound < sum(s.price for s in state.candidates) - 1e-9)
 
 
+def _restored(snapshot: Snapshot, state: ClusterState, previous: Target | None) -> Outcome | None:
+    """The rest of the previous pass's target on this cluster (``target.restore``), or None."""
+    if previous is None:
+        return None
+    free = lifted(state)
+    compiled = compile_candidates(snapshot, free)
+    rest = restore(previous, compiled.problem, free)
+    if rest is None:
+        return None
+    return Outcome(rest[0], rest[1], compiled.problem, "FEASIBLE", target=previous)
+
+
 def _toward_target(snapshot: Snapshot, state: ClusterState, options: ConsolidateOptions, deadline: float,
                    stage: Callable[[str, float], None], lower: float) -> Outcome | None:
-    """One budget-sized step of the budget-free plan (``target.py``), solved in ``TARGET_SHARE`` of the time
-    left; None when the target removes nothing or no part of it fits the budgets now."""
+    """One budget-sized step of the budget-free plan (``target.py``): the rest of ``options.target`` where it
+    still holds, else solved in ``TARGET_SHARE`` of the time left; None when the target removes nothing or no
+    part of it fits the budgets now."""
     t0 = time.monotonic()
-    target = plan_consolidation(snapshot, lifted(state), dataclasses.replace(options, yardstick=False,
-                                                                             lookahead=False),
-                                t0 + (deadline - t0) * TARGET_SHARE, lambda name, s: stage(f"target {name}", s))
-    stage("target", time.monotonic() - t0)
+    target = _restored(snapshot, state, options.target)
+    if options.target is not None:
+        stage("target restored" if target is not None else "target not restored", time.monotonic() - t0)
+    if target is None:
+        t0 = time.monotonic()
+        target = plan_consolidation(snapshot, lifted(state), dataclasses.replace(options, yardstick=False,
+                                                                                 lookahead=False, target=None),
+                                    t0 + (deadline - t0) * TARGET_SHARE, lambda name, s: stage(f"target {name}", s))
+        stage("target", time.monotonic() - t0)
+        if target is not None:
+            target.target = portable(target.problem, target.removed, target.placement, t0)
     if target is None or not target.removed or target.placement.unschedulable:
         return None
     step = budget_step(state, target.problem, target.removed, target.placement, spot_to_spot=options.spot_to_spot)
@@ -359,12 +388,14 @@ def _toward_target(snapshot: Snapshot, state: ClusterState, options: Consolidate
         return None
     removed, placement = step
     after = sum(s.price for s in state.nodes) - savings(target.removed, target.problem, target.placement)
-    note = (f"a step toward the budget-free plan (it removes {len(target.removed)} node(s), "
+    kept = "the previous pass's, still holding" if options.target is target.target else "solved now"
+    note = (f"a step toward the budget-free plan ({kept}: it removes {len(target.removed)} node(s), "
             f"{after:.3f} $/h after): {len(removed)} of them now, within the budgets")
-    # a plan within the budgets is a plan without them: the target's bound holds for the step too
+    # a plan within the budgets is a plan without them: the target's bound holds for the step too (a restored
+    # target's bound was for an earlier cluster: not carried over)
     floor = max(lower, target.lower_bound) if target.lower_bound is not None else lower
     return Outcome(removed, placement, target.problem, "FEASIBLE", lower_bound=floor, patterns=target.patterns,
-                   notes=[note])
+                   notes=[note], target=target.target)
 
 
 def _whole_model(problem: Problem, state: ClusterState, candidates: list[NodeState], patterns: list[Pattern],
@@ -390,6 +421,8 @@ def _whole_model(problem: Problem, state: ClusterState, candidates: list[NodeSta
         # the warm start's neighbourhood on 1,000-node models
         solver.parameters.interleave_search = True
         solver.parameters.num_workers = max(options.workers, 4)
+    if options.gap > 0:  # the objective is minus the savings (scaled): a plan within the gap of the most saving
+        solver.parameters.relative_gap_limit = options.gap
     status = solver.solve(model.m)
     stage("model", time.monotonic() - t0)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -400,6 +433,8 @@ def _whole_model(problem: Problem, state: ClusterState, candidates: list[NodeSta
     if placement.unschedulable:
         notes.append(f"decode left {len(placement.unschedulable)} pod(s) without a destination; plan dropped")
         return Outcome([], Placement(), problem, "TIMEOUT", lower_bound=lower, patterns=len(patterns))
-    return Outcome(removed, placement, problem, "OPTIMAL" if status == cp_model.OPTIMAL else "FEASIBLE",
+    # a search stopped by the gap limit also reports OPTIMAL: only a bound the plan meets proves it
+    proven = status == cp_model.OPTIMAL and solver.objective_value <= solver.best_objective_bound + 0.5
+    return Outcome(removed, placement, problem, "OPTIMAL" if proven else "FEASIBLE",
                    objective_bound=_after_bound(state, candidates, options, solver.best_objective_bound / model.tie),
                    lower_bound=lower, patterns=len(patterns))

@@ -7,8 +7,12 @@ passes after it stop well above the cheapest reachable state (the bench's 1,000-
 bound after four decisions, where the budget-free plan reaches 1.01 ×). Here the plan is solved once without
 the budgets (the *target*: which nodes go in the end and where every evicted pod lands), and a decision takes
 the part of it the budgets, PDBs, the Balanced policy and the spot-to-spot rule allow now. Pods of a step go
-where the target puts them — on nodes the target keeps — so each step fits whatever the later ones do, saves
-by itself, and the next pass solves its target again on the cluster the step left.
+where the target puts them — on nodes the target keeps — so each step fits whatever the later ones do, and
+saves by itself. The next pass takes the target's next step without solving it again (``Target``,
+``restore``) while the cluster is still as the step left it: the rest of its removals still candidates, no
+pod on them that it has no place for, every destination still free enough. Otherwise — the kube-scheduler
+put an evicted pod elsewhere, pods came or went — that pass solves a new target. Solving it was nearly all of
+a pass's CPU (the bench's scale-down: 6–7 of 7.5 CPU seconds a pass, ten passes).
 
 Removals that share a replacement form one *group* (an N→M move), taken whole or not at all.
 """
@@ -16,6 +20,7 @@ Removals that share a replacement form one *group* (an N→M move), taken whole 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -118,3 +123,86 @@ def budget_step(state: ClusterState, problem: Problem, removed: list[NodeState],
     existing = {e: kept for e, pods in placement.existing.items()
                 if (kept := [p for p in pods if owner.get(p.key) in names])}
     return chosen, Placement(new_nodes=launched, existing=existing)
+
+
+#: a replacement's offering: NodePool, instance type, zone, capacity type
+Offer = tuple[str, str, str, str]
+
+
+def _offer(problem: Problem, template: int) -> Offer:
+    t = problem.templates[template]
+    return t.pool.name, t.instance_type.name, t.offering.zone, t.offering.capacity_type
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """A budget-free plan by name — nodes, pods, offerings — rather than by a compiled problem's indices, so a
+    later pass can map it onto its own compile (``restore``)."""
+
+    removed: tuple[str, ...]
+    #: each evicted pod's destination: a kept node's name, or its replacement's index into ``launched``
+    where: Mapping[str, str | int]
+    launched: tuple[Offer, ...]
+    #: ``time.monotonic()`` when it was solved (the controller solves it again once it is old)
+    solved_at: float
+
+
+def portable(problem: Problem, removed: list[NodeState], placement: Placement, solved_at: float) -> Target:
+    where: dict[str, str | int] = {p.key: problem.existing[e].name for e, pods in placement.existing.items()
+                                   for p in pods}
+    where.update({p.key: i for i, n in enumerate(placement.new_nodes) for p in n.pods})
+    return Target(tuple(s.name for s in removed), where,
+                  tuple(_offer(problem, n.template) for n in placement.new_nodes), solved_at)
+
+
+def restore(target: Target, problem: Problem, state: ClusterState) -> tuple[list[NodeState], Placement] | None:
+    """What is left of ``target`` as removals and a placement over ``problem`` (a fresh compile of the same
+    candidates), or None when the cluster no longer is as the target left it: one of its removals still
+    here but no longer a candidate, a pod on one that the target has no place for (it arrived since), a
+    destination gone, no longer accepting its class or no longer free enough, an offering no longer sold.
+    Removals already gone are the steps taken. The plan gate still verifies whatever step comes of it."""
+    candidates = {s.name: s for s in state.candidates}
+    present = {n.name for n in state.nodes}
+    removed = []
+    for name in target.removed:
+        if name in candidates:
+            removed.append(candidates[name])
+        elif name in present:
+            return None
+    if not removed:
+        return None
+    existing = {c.name: e for e, c in enumerate(problem.existing)}
+    templates = {_offer(problem, t): t for t in range(len(problem.templates))}
+    class_of = problem.class_of()
+    pods = {p.key: p for c in problem.classes for p in c.pods}
+    gone = {s.name for s in removed}
+    load = np.zeros_like(problem.existing_free)
+    new: dict[int, NewNode] = {}
+    placement = Placement()
+    for s in removed:
+        for original in s.pods:
+            pod, goes = pods.get(original.key), target.where.get(original.key)
+            if pod is None or goes is None:
+                return None
+            c = class_of[pod.key]
+            if problem.classes[c].bundle:  # a bundle lands whole; the model, not this check, places it
+                return None
+            if isinstance(goes, int):
+                t = templates.get(target.launched[goes])
+                if t is None or not problem.template_ok[c, t]:
+                    return None
+                new.setdefault(goes, NewNode(t)).pods.append(pod)
+                continue
+            e = existing.get(goes)
+            if e is None or goes in gone or not problem.existing_ok[c, e]:
+                return None
+            load[e] += problem.sizes[c]
+            placement.existing.setdefault(e, []).append(pod)
+    if np.any(load > problem.existing_free):
+        return None
+    for node in new.values():
+        size = np.sum([problem.sizes[class_of[p.key]] for p in node.pods], axis=0)
+        if np.any(size > problem.template_alloc[node.template]):
+            return None
+    placement.new_nodes = [new[i] for i in sorted(new)]
+    return removed, placement

@@ -475,3 +475,35 @@ def test_a_pass_that_found_nothing_is_solved_again_after_five_minutes() -> None:
     assert "consolidated" in d.step().detail
     d._nothing_at -= 10
     assert "consolidated" not in d.step().detail
+
+
+def test_a_pass_hands_the_next_the_target_it_stepped_toward(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The budget-free plan a decision stepped toward goes to the next pass (``ConsolidateOptions.target``: its
+    next step is taken without solving it again while it holds), with the decision gap, until it is as old as
+    a pass that found nothing may stand (what no watch shows may have changed)."""
+    import dataclasses
+
+    import controller.disruption as module
+    from solver.disruption.target import Target
+    handed: list[Target | None] = []
+    real = module.consolidate
+    target = Target(("target",), {}, (), time.monotonic())
+
+    def recording(snapshot: Any, options: Any) -> Any:
+        handed.append(options.target)
+        result = real(snapshot, options)
+        if result.outcome is not None:
+            result.outcome.target = target
+        return result
+
+    monkeypatch.setattr(module, "consolidate", recording)
+    cache = cluster([on_demand_pool(), *keeper_and_target()])
+    d, _ = disruption(cache, FakeWriter(cache, _initialized))
+    assert d.step().outcome == "disrupted"
+    d.step()
+    assert handed == [None, target]
+    d._target = target
+    assert d._consolidate_options().target is target
+    assert d._consolidate_options().gap == DisruptionOptions().decision_gap > 0
+    d._target = dataclasses.replace(target, solved_at=time.monotonic() - module.CONSOLIDATED_FOR)
+    assert d._consolidate_options().target is None
