@@ -46,8 +46,10 @@ binaries_built() {
     [[ -x "${bin}/${b}" ]] || return 1
   done
   [[ "$("${bin}/kube-apiserver" --version 2>/dev/null)" == "Kubernetes ${KUBERNETES_VERSION}" ]] || return 1
-  "${bin}/etcd" --version 2>/dev/null | grep -qx "etcd Version: ${ETCD_VERSION#v}" || return 1
-  "${bin}/kwok" --version 2>/dev/null | grep -q "^kwok version ${KWOK_VERSION} " || return 1
+  # the output is read whole before grep sees it: a `cmd | grep -q` pipeline fails under pipefail whenever grep
+  # exits on its match before cmd has written its last line (SIGPIPE) — a cold build failed so
+  grep -qx "etcd Version: ${ETCD_VERSION#v}" <<<"$("${bin}/etcd" --version 2>/dev/null)" || return 1
+  grep -q "^kwok version ${KWOK_VERSION} " <<<"$("${bin}/kwok" --version 2>/dev/null)" || return 1
 }
 
 write_stages() {

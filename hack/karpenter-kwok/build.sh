@@ -37,7 +37,8 @@ is_built() {
   [[ -x "${binary}" ]] || return 1
   [[ -s "${crds}/core/karpenter.sh_nodepools.yaml" && -s "${crds}/kwok/karpenter.kwok.sh_kwoknodeclasses.yaml" ]] || return 1
   # The build info go embeds names the module version the main package came from.
-  go version -m "${binary}" 2>/dev/null | grep -qP "^\s+mod\s+sigs\.k8s\.io/karpenter\s+\Q${KARPENTER_VERSION}\E(\s|$)"
+  # read whole first: `go version -m | grep -q` fails under pipefail when grep exits before go has written all
+  grep -qP "^\s+mod\s+sigs\.k8s\.io/karpenter\s+\Q${KARPENTER_VERSION}\E(\s|$)" <<<"$(go version -m "${binary}" 2>/dev/null)"
 }
 
 copy_crds() {
