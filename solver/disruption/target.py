@@ -9,10 +9,11 @@ the budgets (the *target*: which nodes go in the end and where every evicted pod
 the part of it the budgets, PDBs, the Balanced policy and the spot-to-spot rule allow now. Pods of a step go
 where the target puts them — on nodes the target keeps — so each step fits whatever the later ones do, and
 saves by itself. The next pass takes the target's next step without solving it again (``Target``,
-``restore``) while the cluster is still as the step left it: the rest of its removals still candidates, no
-pod on them that it has no place for, every destination still free enough. Otherwise — the kube-scheduler
-put an evicted pod elsewhere, pods came or went — that pass solves a new target. Solving it was nearly all of
-a pass's CPU (the bench's scale-down: 6–7 of 7.5 CPU seconds a pass, ten passes).
+``restore``) while the rest of its removals are still candidates and every pod on them still finds a place
+the target keeps — where the target put it, or, for a pod the kube-scheduler put elsewhere than planned (it
+spreads new pods onto the emptiest nodes, which the target removes next) or whose destination filled up,
+wherever it fits tightest. Otherwise that pass solves a new target. Solving it was nearly all of a pass's CPU
+(the bench's scale-down: 6–7 of 7.5 CPU seconds a pass, ten passes).
 
 Removals that share a replacement form one *group* (an N→M move), taken whole or not at all.
 """
@@ -24,6 +25,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from model.pod import Pod
 from solver.disruption.budgets import Allowances
 from solver.disruption.candidates import CONSOLIDATION_REASONS, ClusterState, NodeState
 from solver.disruption.yardstick import balanced_allows
@@ -157,10 +159,12 @@ def portable(problem: Problem, removed: list[NodeState], placement: Placement, s
 
 def restore(target: Target, problem: Problem, state: ClusterState) -> tuple[list[NodeState], Placement] | None:
     """What is left of ``target`` as removals and a placement over ``problem`` (a fresh compile of the same
-    candidates), or None when the cluster no longer is as the target left it: one of its removals still
-    here but no longer a candidate, a pod on one that the target has no place for (it arrived since), a
-    destination gone, no longer accepting its class or no longer free enough, an offering no longer sold.
-    Removals already gone are the steps taken. The plan gate still verifies whatever step comes of it."""
+    candidates), or None when the cluster has moved too far from it: one of its removals still here but no
+    longer a candidate, or a pod on one that fits nowhere the target keeps. Removals already gone are the
+    steps taken. Each pod goes where the target put it while that node is kept, accepts it and has room;
+    the others — pods that arrived since (the kube-scheduler put an evicted pod elsewhere than planned), pods
+    whose destination filled up — go where they fit tightest, on the kept nodes and the target's
+    replacements (``_home``). The plan gate still verifies whatever step comes of it."""
     candidates = {s.name: s for s in state.candidates}
     present = {n.name for n in state.nodes}
     removed = []
@@ -175,34 +179,89 @@ def restore(target: Target, problem: Problem, state: ClusterState) -> tuple[list
     templates = {_offer(problem, t): t for t in range(len(problem.templates))}
     class_of = problem.class_of()
     pods = {p.key: p for c in problem.classes for p in c.pods}
-    gone = {s.name for s in removed}
-    load = np.zeros_like(problem.existing_free)
-    new: dict[int, NewNode] = {}
-    placement = Placement()
+    gone = {existing[s.name] for s in removed if s.name in existing}
+    homes = _Homes(problem, gone)
+    for i, offer in enumerate(target.launched):
+        if offer in templates:
+            homes.launch(i, templates[offer])
+    unplaced: list[tuple[Pod, int]] = []
     for s in removed:
         for original in s.pods:
-            pod, goes = pods.get(original.key), target.where.get(original.key)
-            if pod is None or goes is None:
+            pod = pods.get(original.key)
+            if pod is None:
                 return None
             c = class_of[pod.key]
             if problem.classes[c].bundle:  # a bundle lands whole; the model, not this check, places it
                 return None
-            if isinstance(goes, int):
-                t = templates.get(target.launched[goes])
-                if t is None or not problem.template_ok[c, t]:
-                    return None
-                new.setdefault(goes, NewNode(t)).pods.append(pod)
-                continue
-            e = existing.get(goes)
-            if e is None or goes in gone or not problem.existing_ok[c, e]:
-                return None
-            load[e] += problem.sizes[c]
-            placement.existing.setdefault(e, []).append(pod)
-    if np.any(load > problem.existing_free):
-        return None
-    for node in new.values():
-        size = np.sum([problem.sizes[class_of[p.key]] for p in node.pods], axis=0)
-        if np.any(size > problem.template_alloc[node.template]):
+            goes = target.where.get(pod.key)
+            planned = (("new", goes) if isinstance(goes, int) else
+                       ("existing", existing[goes]) if goes in existing else None)
+            if planned is None or not homes.put(planned, pod, c):
+                unplaced.append((pod, c))
+    for pod, c in sorted(unplaced, key=lambda item: (-float(problem.sizes[item[1], 0]), item[0].key)):
+        if not homes.put(homes.tightest(c), pod, c):
             return None
-    placement.new_nodes = [new[i] for i in sorted(new)]
-    return removed, placement
+    return removed, homes.placement()
+
+
+class _Homes:
+    """Where restored pods may go — kept existing nodes and the target's replacements — with their load."""
+
+    def __init__(self, problem: Problem, gone: set[int]) -> None:
+        self.problem = problem
+        self.gone = gone
+        self.load = np.zeros_like(problem.existing_free)
+        self.existing: dict[int, list[Pod]] = {}
+        self.new: dict[int, NewNode] = {}
+        self.new_load: dict[int, np.ndarray] = {}
+
+    def launch(self, i: int, template: int) -> None:
+        self.new[i] = NewNode(template)
+        self.new_load[i] = np.zeros(self.problem.template_alloc.shape[1], dtype=self.problem.sizes.dtype)
+
+    def room(self, where: tuple[str, int], c: int) -> np.ndarray | None:
+        """What would be left at ``where`` after one more pod of class ``c`` (None: it does not go there)."""
+        kind, i = where
+        p = self.problem
+        if kind == "new":
+            if i not in self.new or not p.template_ok[c, self.new[i].template]:
+                return None
+            left = p.template_alloc[self.new[i].template] - self.new_load[i] - p.sizes[c]
+        else:
+            if i in self.gone or not p.existing_ok[c, i]:
+                return None
+            left = p.existing_free[i] - self.load[i] - p.sizes[c]
+        return left if bool(np.all(left >= 0)) else None
+
+    def put(self, where: tuple[str, int] | None, pod: Pod, c: int) -> bool:
+        if where is None or self.room(where, c) is None:
+            return False
+        kind, i = where
+        if kind == "new":
+            self.new_load[i] += self.problem.sizes[c]
+            self.new[i].pods.append(pod)
+        else:
+            self.load[i] += self.problem.sizes[c]
+            self.existing.setdefault(i, []).append(pod)
+        return True
+
+    def tightest(self, c: int) -> tuple[str, int] | None:
+        """The home that would have the least cpu and memory left (shares of what it has) after a pod of class
+        ``c``: best fit, as the re-simulation of a held decision places its pods."""
+        p = self.problem
+        best: tuple[float, tuple[str, int]] | None = None
+        options = [("new", i) for i in self.new] + [("existing", e) for e in range(len(p.existing))]
+        for where in options:
+            left = self.room(where, c)
+            if left is None:
+                continue
+            size = (p.template_alloc[self.new[where[1]].template] if where[0] == "new"
+                    else p.existing_free[where[1]])
+            score = float(sum(left[a] / size[a] for a in range(min(2, len(left))) if size[a] > 0))
+            if best is None or score < best[0]:
+                best = (score, where)
+        return best[1] if best is not None else None
+
+    def placement(self) -> Placement:
+        return Placement(new_nodes=[self.new[i] for i in sorted(self.new) if self.new[i].pods],
+                         existing=self.existing)
