@@ -158,6 +158,13 @@ class KubeWriter:
                 raise
 
 
+def _target_source(plan: DisruptionPlan) -> str:
+    """Where the decision's budget-free target came from (for the decision's log line): restored from the
+    last pass, solved now, or none (the decision is not a step toward one)."""
+    stages = plan.solver.stages
+    return "restored" if "target restored" in stages else "solved" if "target" in stages else "none"
+
+
 def _is_disrupted(taint: Mapping[str, Any]) -> bool:
     return taint.get("key") == wk.DISRUPTED_TAINT and taint.get("effect") == "NoSchedule"
 
@@ -400,7 +407,8 @@ class Disruption:
         decision = self._decision(result, snapshot)
         log.info(f"consolidation decision: {decision.describe()}; validating in {self.options.validation_wait:.0f}s",
                  node=",".join(r.node for r in decision.plan.remove),
-                 nodepool=",".join(sorted({r.node_pool for r in decision.plan.remove})))
+                 nodepool=",".join(sorted({r.node_pool for r in decision.plan.remove})),
+                 seconds=round(plan.solver.wall_seconds, 3), target=_target_source(plan))
         if not self._wait(self.options.validation_wait):
             return PassRecord(started, "stopped", "before validation", plan=plan)
         held = self._revalidate(decision)

@@ -111,7 +111,10 @@ def api_client(kubeconfig: str | None = None, *, qps: float = throttle.DEFAULT_Q
             config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         except config.ConfigException:
             config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    configuration.connection_pool_maxsize = 16
+    # one connection per informer's watch, 16 registration and 16 nomination writers, evictions, Events and
+    # the Lease at once: a smaller pool discards connections each burst (urllib3: "Connection pool is full")
+    # and the next burst pays a TLS handshake for each
+    configuration.connection_pool_maxsize = 64
     api = client.ApiClient(configuration)
     # the API server names the field manager of every write after the user agent: ``nodeplan``, so the writes
     # of this controller are told apart in managedFields (and shadow mode's none can be checked)
