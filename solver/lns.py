@@ -229,11 +229,12 @@ class SearchResult:
 
 def improve(bins: list[Bin], sizes: np.ndarray, incumbent: dict[Pattern, int], limits: dict[tuple[int, str], int],
             deadline: float, *, seed: int, max_iterations: int | None = None, deterministic: bool = True,
-            values: np.ndarray | None = None) -> SearchResult:
-    """Destroy-and-repack over ``incumbent``'s new nodes until ``deadline`` (or ``max_iterations``); the
-    result is never dearer than the incumbent and schedules exactly the same units. ``values``: ``class_values``
-    when the caller has them. Each node's value is worked out once (10,000 greedy nodes over 4,603 classes:
-    per iteration, that was seconds)."""
+            values: np.ndarray | None = None, good_enough: float | None = None) -> SearchResult:
+    """Destroy-and-repack over ``incumbent``'s new nodes until ``deadline`` (or ``max_iterations``, or the new
+    nodes cost at most ``good_enough`` micro-$/h: a plan within the caller's decision gap); the result is never
+    dearer than the incumbent and schedules exactly the same units. ``values``: ``class_values`` when the caller
+    has them. Each node's value is worked out once (10,000 greedy nodes over 4,603 classes: per iteration, that
+    was seconds)."""
     rng = random.Random(seed)
     fixed = {p: n for p, n in incumbent.items() if bins[p.bin].existing}
     nodes = [p for p, n in sorted(incumbent.items(), key=lambda kv: pattern_order(kv[0]))
@@ -251,9 +252,10 @@ def improve(bins: list[Bin], sizes: np.ndarray, incumbent: dict[Pattern, int], l
 
     new_bins = [b for b in bins if not b.existing]
     improved = iterations = failures = 0
+    cost = sum(bins[p.bin].cost for p in nodes)
     while nodes and (max_iterations is None or iterations < max_iterations):
         left = deadline - time.monotonic()
-        if left <= 0.05:
+        if left <= 0.05 or (good_enough is not None and cost <= good_enough):
             break
         k = min(NEIGHBOURHOODS[iterations % len(NEIGHBOURHOODS)], len(nodes))
         iterations += 1
@@ -293,6 +295,7 @@ def improve(bins: list[Bin], sizes: np.ndarray, incumbent: dict[Pattern, int], l
             continue
         failures = 0
         improved += 1
+        cost += result.cost - old_cost
         added = [p for p, n in sorted(result.chosen.items(), key=lambda kv: pattern_order(kv[0])) for _ in range(n)]
         node_waste = [w for i, w in enumerate(node_waste) if i not in gone] + [waste_of(p) for p in added]
         nodes = kept + added

@@ -449,9 +449,13 @@ class _Run:
             else:
                 incumbent = _patterns_of(self.problem, self.bins, self.placement)
                 # building each re-pack model and decoding the result come on top of CP-SAT's own time
+                # within the decision gap of the bound the batch is decided: the search stops there too
+                good_enough = (self.bound * (1 + self.options.gap) if self.options.gap > 0 and self.pure_cost
+                               and self.all_placeable_scheduled and self.bound > 0 else None)
                 result = improve(self.bins, self.problem.sizes, incumbent, self.limits,
                                  self.deadline - 0.2 - DECODE_PER_UNIT * int(self.demand.sum()),
-                                 seed=self.options.seed, deterministic=self.options.deterministic)
+                                 seed=self.options.seed, deterministic=self.options.deterministic,
+                                 good_enough=good_enough)
                 improved, iterations = result.improved, result.iterations
                 if improved:
                     self.offer(decode(self.problem, self.bins, result.chosen), "lns")

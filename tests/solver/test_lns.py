@@ -66,6 +66,25 @@ def test_search_never_returns_a_dearer_plan_and_keeps_every_pod() -> None:
     assert _verified_cost(snapshot, problem, bins, result.chosen) <= greedy.cost_micros(problem)
 
 
+def test_search_stops_once_the_plan_is_good_enough() -> None:
+    """A plan within the caller's decision gap ends the search (``good_enough``): at the incumbent's own cost
+    no neighbourhood is tried; one micro-dollar below it, the first improvement ends the search."""
+    snapshot = snapshot_of(_bench(karpenter_generic_objects(120, seed=3)), catalog=karpenter_benchmark_catalog(24))
+    problem, bins, _, limits = _compiled(snapshot)
+    incumbent = _patterns_of(problem, bins, greedy_placement(problem))
+    before = sum(bins[p.bin].cost * n for p, n in incumbent.items())
+    done = improve(bins, problem.sizes, incumbent, limits, time.monotonic() + 30, seed=1, max_iterations=12,
+                   good_enough=before)
+    assert done.iterations == 0 and done.chosen == incumbent
+    searched = improve(bins, problem.sizes, incumbent, limits, time.monotonic() + 30, seed=1, max_iterations=12,
+                       good_enough=before - 1)
+    assert searched.iterations > 0
+    after = sum(bins[p.bin].cost * n for p, n in searched.chosen.items())
+    # any improvement is below ``before - 1``: the first one ends the search
+    assert searched.improved <= 1 and (after < before) == (searched.improved == 1)
+    assert searched.improved == 1 or searched.iterations == 12
+
+
 def test_search_with_a_fixed_seed_is_deterministic() -> None:
     snapshot = snapshot_of(_bench(karpenter_generic_objects(80, seed=5)), catalog=karpenter_benchmark_catalog(16))
     problem, bins, _, limits = _compiled(snapshot)
