@@ -361,7 +361,9 @@ def _restored(snapshot: Snapshot, state: ClusterState, previous: Target | None) 
     rest = restore(previous, compiled.problem, free)
     if rest is None:
         return None
-    return Outcome(rest[0], rest[1], compiled.problem, "FEASIBLE", target=previous)
+    removed, placement, kept = rest
+    notes = [f"the previous pass's target keeps {len(kept)} node(s) it removed, e.g. {kept[0]}"] if kept else []
+    return Outcome(removed, placement, compiled.problem, "FEASIBLE", target=previous, notes=notes)
 
 
 def _toward_target(snapshot: Snapshot, state: ClusterState, options: ConsolidateOptions, deadline: float,
@@ -395,7 +397,7 @@ def _toward_target(snapshot: Snapshot, state: ClusterState, options: Consolidate
     # target's bound was for an earlier cluster: not carried over)
     floor = max(lower, target.lower_bound) if target.lower_bound is not None else lower
     return Outcome(removed, placement, target.problem, "FEASIBLE", lower_bound=floor, patterns=target.patterns,
-                   notes=[note], target=target.target)
+                   notes=[note, *(target.notes if target.target is options.target else [])], target=target.target)
 
 
 def _whole_model(problem: Problem, state: ClusterState, candidates: list[NodeState], patterns: list[Pattern],

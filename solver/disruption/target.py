@@ -12,8 +12,9 @@ saves by itself. The next pass takes the target's next step without solving it a
 ``restore``) while the rest of its removals are still candidates and every pod on them still finds a place
 the target keeps — where the target put it, or, for a pod the kube-scheduler put elsewhere than planned (it
 spreads new pods onto the emptiest nodes, which the target removes next) or whose destination filled up,
-wherever it fits tightest. Otherwise that pass solves a new target. Solving it was nearly all of a pass's CPU
-(the bench's scale-down: 6–7 of 7.5 CPU seconds a pass, ten passes).
+wherever it fits tightest; a removal that no longer works that way is kept. Once nothing of it is left, the
+pass solves a new target. Solving it was nearly all of a pass's CPU (the bench's scale-down: 6–7 of 7.5 CPU
+seconds a pass, ten passes).
 
 Removals that share a replacement form one *group* (an N→M move), taken whole or not at all.
 """
@@ -157,51 +158,84 @@ def portable(problem: Problem, removed: list[NodeState], placement: Placement, s
                   tuple(_offer(problem, n.template) for n in placement.new_nodes), solved_at)
 
 
-def restore(target: Target, problem: Problem, state: ClusterState) -> tuple[list[NodeState], Placement] | None:
+def restore(target: Target, problem: Problem, state: ClusterState
+            ) -> tuple[list[NodeState], Placement, list[str]] | None:
     """What is left of ``target`` as removals and a placement over ``problem`` (a fresh compile of the same
-    candidates), or None when the cluster has moved too far from it: one of its removals still here but no
-    longer a candidate, or a pod on one that fits nowhere the target keeps. Removals already gone are the
-    steps taken. Each pod goes where the target put it while that node is kept, accepts it and has room;
-    the others — pods that arrived since (the kube-scheduler put an evicted pod elsewhere than planned), pods
-    whose destination filled up — go where they fit tightest, on the kept nodes and the target's
-    replacements (``_home``). The plan gate still verifies whatever step comes of it."""
+    candidates), with a line for each removal it had to keep; None when nothing of it is left. Removals already
+    gone are the steps taken. Each pod goes where the target put it while that node is kept, accepts it and
+    has room; the others — pods that arrived since (the kube-scheduler put an evicted pod elsewhere than
+    planned), pods whose destination filled up — go where they fit tightest, on the kept nodes and the
+    target's replacements. A removal that is no longer a candidate, or with a pod that fits nowhere, is
+    kept instead (its pods stay: no other move depends on a removed node), so one pod the scheduler put on
+    it does not cost solving the whole target again. The plan gate still verifies whatever step comes of it."""
     candidates = {s.name: s for s in state.candidates}
     present = {n.name for n in state.nodes}
-    removed = []
+    kept: list[str] = []
+    removing = []
     for name in target.removed:
         if name in candidates:
-            removed.append(candidates[name])
+            removing.append(candidates[name])
         elif name in present:
-            return None
-    if not removed:
-        return None
+            state_of = state.state(name)
+            kept.append(f"{name} is no longer a candidate"
+                        + (f": {state_of.blocked}" if state_of is not None and state_of.blocked else ""))
     existing = {c.name: e for e, c in enumerate(problem.existing)}
     templates = {_offer(problem, t): t for t in range(len(problem.templates))}
     class_of = problem.class_of()
     pods = {p.key: p for c in problem.classes for p in c.pods}
-    gone = {existing[s.name] for s in removed if s.name in existing}
-    homes = _Homes(problem, gone)
+    homes = _Homes(problem, {existing[s.name] for s in removing if s.name in existing})
     for i, offer in enumerate(target.launched):
         if offer in templates:
             homes.launch(i, templates[offer])
+    removed = []
+    for s in removing:
+        why = _home_all(s, pods, class_of, target, existing, homes)
+        if why:
+            kept.append(f"{s.name}: {why}")
+            if s.name in existing:
+                homes.gone.discard(existing[s.name])
+        else:
+            removed.append(s)
+    if not removed:
+        return None
+    return removed, homes.placement(), kept
+
+
+def _home_all(node: NodeState, pods: Mapping[str, Pod], class_of: Mapping[str, int], target: Target,
+              existing: Mapping[str, int], homes: _Homes) -> str:
+    """Place every pod of ``node`` (planned homes first, then the tightest fit); on failure undo them all
+    and say why."""
+    problem = homes.problem
+    placed: list[tuple[tuple[str, int], Pod, int]] = []
     unplaced: list[tuple[Pod, int]] = []
-    for s in removed:
-        for original in s.pods:
-            pod = pods.get(original.key)
-            if pod is None:
-                return None
-            c = class_of[pod.key]
-            if problem.classes[c].bundle:  # a bundle lands whole; the model, not this check, places it
-                return None
-            goes = target.where.get(pod.key)
-            planned = (("new", goes) if isinstance(goes, int) else
-                       ("existing", existing[goes]) if goes in existing else None)
-            if planned is None or not homes.put(planned, pod, c):
-                unplaced.append((pod, c))
-    for pod, c in sorted(unplaced, key=lambda item: (-float(problem.sizes[item[1], 0]), item[0].key)):
-        if not homes.put(homes.tightest(c), pod, c):
-            return None
-    return removed, homes.placement()
+    why = ""
+    for original in node.pods:
+        pod = pods.get(original.key)
+        if pod is None:
+            why = f"pod {original.key} is not among the candidates' pods"
+            break
+        c = class_of[pod.key]
+        if problem.classes[c].bundle:  # a bundle lands whole; the model, not this check, places it
+            why = f"pod {pod.key} belongs to a bundle"
+            break
+        goes = target.where.get(pod.key)
+        planned = (("new", goes) if isinstance(goes, int) else
+                   ("existing", existing[goes]) if isinstance(goes, str) and goes in existing else None)
+        if planned is not None and homes.put(planned, pod, c):
+            placed.append((planned, pod, c))
+        else:
+            unplaced.append((pod, c))
+    if not why:
+        for pod, c in sorted(unplaced, key=lambda item: (-float(problem.sizes[item[1], 0]), item[0].key)):
+            where = homes.tightest(c)
+            if where is None or not homes.put(where, pod, c):
+                why = f"pod {pod.key} fits nowhere the target keeps"
+                break
+            placed.append((where, pod, c))
+    if why:
+        for where, pod, c in placed:
+            homes.take(where, pod, c)
+    return why
 
 
 class _Homes:
@@ -244,6 +278,18 @@ class _Homes:
             self.load[i] += self.problem.sizes[c]
             self.existing.setdefault(i, []).append(pod)
         return True
+
+    def take(self, where: tuple[str, int], pod: Pod, c: int) -> None:
+        """Undo ``put``."""
+        kind, i = where
+        if kind == "new":
+            self.new_load[i] -= self.problem.sizes[c]
+            self.new[i].pods.remove(pod)
+        else:
+            self.load[i] -= self.problem.sizes[c]
+            self.existing[i].remove(pod)
+            if not self.existing[i]:
+                del self.existing[i]
 
     def tightest(self, c: int) -> tuple[str, int] | None:
         """The home that would have the least cpu and memory left (shares of what it has) after a pod of class

@@ -144,23 +144,34 @@ def _first_step(objects: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], An
 
 def test_pods_the_target_did_not_plan_for_are_placed_where_they_fit() -> None:
     """After the first step, a pod arrives on a node the target still removes (as the kube-scheduler puts
-    evicted pods on the emptiest nodes): the next pass restores the target all the same, the pod placed
-    where it fits, and its plan verifies. A pod that fits nowhere else (its node selector names its node), or
-    one that takes all the room left on a node the target moves pods onto (this cluster keeps four nodes,
-    with no room for those pods on the other three), makes the pass solve a new target; that plan verifies
-    too."""
+    evicted pods on the emptiest nodes): the next pass restores the target all the same, the pod placed where
+    it fits. A pod that fits nowhere else (its node selector names its node), or one that takes all the room
+    left on a node the target moves pods onto (this cluster keeps four nodes, with no room for those pods on
+    the other three): the target is restored without the removal that no longer works, which the plan notes.
+    When none of its removals is left (all of them do-not-disrupt now), the pass solves a new target. Every
+    plan verifies."""
     objects, target, plan = _first_step(scaled_down(150, seed=1, keep=0.3, budget="10%"))
     later = sorted(n for n in target.removed if n not in {r.node for r in plan.remove})
     destinations = sorted({d for d in target.where.values() if isinstance(d, str)})
     assert later and destinations
     pinned = _arrival(objects, later[0], "1m", selector={"kubernetes.io/hostname": later[0]})
     full = _arrival(objects, destinations[0], None)
-    for cluster, restored in ((_arrival(objects, later[0], "1m"), True), (full, False), (pinned, False)):
+    frozen = copy.deepcopy(objects)
+    for o in frozen:
+        if o["kind"] == "Node" and o["metadata"]["name"] in later:
+            o["metadata"].setdefault("annotations", {})[wk.DO_NOT_DISRUPT] = "true"
+    for cluster, restored, kept in ((_arrival(objects, later[0], "1m"), True, None), (pinned, True, later[0]),
+                                    (full, True, ""), (frozen, False, None)):
         snap = parse_objects(cluster, source="test").with_catalog(kwok_catalog())
         result = consolidate(snap, ConsolidateOptions(time_limit=3.0, now=NOW, target=target))
+        notes = [n for n in result.plan.solver.notes if "target keeps" in n]
         assert ("target restored" in result.plan.solver.stages) is restored, result.plan.solver.stages
         assert _solved_target(result.plan) is not restored
-        assert result.plan.remove
+        assert bool(notes) is (kept is not None), notes
+        if kept:
+            assert kept in notes[0] and "fits nowhere the target keeps" in notes[0]
+            assert kept not in {r.node for r in result.plan.remove}
+        assert result.plan.remove or not restored
         assert verify_disruption(snap, result.plan, NOW) == []
 
 
