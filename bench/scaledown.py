@@ -11,7 +11,9 @@ them — the kube-scheduler may choose otherwise in a live run), until a pass re
 
 Prints a row per pass (wall and CPU seconds of ``consolidate``, nodes removed, replacements, $/h after, the
 solver's status and stages) and the end state against the certified bound of the kept pods (all pending, no
-nodes). CPU seconds count every thread of this process (CP-SAT's workers included).
+nodes). CPU seconds count every thread of this process (CP-SAT's workers included). The starting cluster is
+the scale-out solve's plan, so it varies with how far a time-limited solve gets on a loaded machine (KWOK:
+4 to 49 nodes): compare runs by the start line they print.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 from bench.controller_perf import NAMESPACE, NODEPOOL, Catalog, catalog, pending_pods
 from bench.fragmented import node_object
 from bench.workloads import generic_deployment_objects
+from model.disruption import DisruptionPlan
 from model.instancetype import InstanceType
 from model.snapshot import Snapshot, parse_objects
 from solver.disruption.consolidate import ConsolidateOptions
@@ -103,7 +106,7 @@ def scale_down(cluster: Cluster, deployments: list[dict[str, Any]], keep: float,
             del cluster.pods[victim["metadata"]["name"]]
 
 
-def apply(cluster: Cluster, plan: Any) -> None:
+def apply(cluster: Cluster, plan: DisruptionPlan) -> None:
     """A disruption plan carried out as planned: replacements registered, pods moved, removed nodes gone."""
     types = _types(cluster.catalog)
     for claim in plan.node_claims:

@@ -450,8 +450,8 @@ class _Run:
                 incumbent = _patterns_of(self.problem, self.bins, self.placement)
                 # building each re-pack model and decoding the result come on top of CP-SAT's own time
                 # within the decision gap of the bound the batch is decided: the search stops there too
-                good_enough = (self.bound * (1 + self.options.gap) if self.options.gap > 0 and self.pure_cost
-                               and self.all_placeable_scheduled and self.bound > 0 else None)
+                good_enough = (within_gap(self.bound, self.options.gap)
+                               if self.pure_cost and self.all_placeable_scheduled else None)
                 result = improve(self.bins, self.problem.sizes, incumbent, self.limits,
                                  self.deadline - 0.2 - DECODE_PER_UNIT * int(self.demand.sum()),
                                  seed=self.options.seed, deterministic=self.options.deterministic,
@@ -677,6 +677,12 @@ def relaxed_bound(snapshot: Snapshot, scheduled: set[str], stricter: Collection[
     return relaxation_bound(recompiled(snapshot, scheduled, stricter))
 
 
+def within_gap(bound: float, gap: float) -> int | None:
+    """The dearest plan (micro-$/h) still within the decision gap of ``bound``: where a stage may stop; None
+    without a gap or a bound."""
+    return math.floor(bound * (1 + gap)) if gap > 0 and bound > 0 else None
+
+
 def _dive(problem: Problem, bins: list[Bin], cg: ColumnGenerationResult, demand: np.ndarray,
           limits: dict[tuple[int, str], int], options: SolveOptions, deadline: float,
           stats: _Stats, bound: float = 0.0) -> Placement | None:
@@ -688,9 +694,9 @@ def _dive(problem: Problem, bins: list[Bin], cg: ColumnGenerationResult, demand:
     share = 0.5 if _master_fits(problem, cg) else 1.0 - LNS_SHARE
     budget = started + max((deadline - started - FINISH_SHARE * stats.greedy_seconds) * share, 0.2)
     # a plan within the decision gap of the bound decides the batch: the finish may stop there
-    good_enough = math.floor(bound * (1 + options.gap)) if options.gap > 0 and bound > 0 else None
     chosen = dive(cg.master, bins, problem.sizes, demand, limits, budget, seed=options.seed,
-                  workers=options.workers, deterministic=options.deterministic, good_enough=good_enough)
+                  workers=options.workers, deterministic=options.deterministic,
+                  good_enough=within_gap(bound, options.gap))
     if chosen is None:
         stats.notes.append(f"LP dive: no plan (limits) in {time.monotonic() - started:.2f} s")
         return None

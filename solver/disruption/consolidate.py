@@ -373,8 +373,9 @@ def _toward_target(snapshot: Snapshot, state: ClusterState, options: Consolidate
     part of it fits the budgets now."""
     t0 = time.monotonic()
     target = _restored(snapshot, state, options.target)
+    restored = target is not None
     if options.target is not None:
-        stage("target restored" if target is not None else "target not restored", time.monotonic() - t0)
+        stage("target restored" if restored else "target not restored", time.monotonic() - t0)
     if target is None:
         t0 = time.monotonic()
         target = plan_consolidation(snapshot, lifted(state), dataclasses.replace(options, yardstick=False,
@@ -390,14 +391,14 @@ def _toward_target(snapshot: Snapshot, state: ClusterState, options: Consolidate
         return None
     removed, placement = step
     after = sum(s.price for s in state.nodes) - savings(target.removed, target.problem, target.placement)
-    kept = "the previous pass's, still holding" if options.target is target.target else "solved now"
-    note = (f"a step toward the budget-free plan ({kept}: it removes {len(target.removed)} node(s), "
+    source = "the previous pass's, still holding" if restored else "solved now"
+    note = (f"a step toward the budget-free plan ({source}: it removes {len(target.removed)} node(s), "
             f"{after:.3f} $/h after): {len(removed)} of them now, within the budgets")
     # a plan within the budgets is a plan without them: the target's bound holds for the step too (a restored
     # target's bound was for an earlier cluster: not carried over)
     floor = max(lower, target.lower_bound) if target.lower_bound is not None else lower
     return Outcome(removed, placement, target.problem, "FEASIBLE", lower_bound=floor, patterns=target.patterns,
-                   notes=[note, *(target.notes if target.target is options.target else [])], target=target.target)
+                   notes=[note, *(target.notes if restored else [])], target=target.target)
 
 
 def _whole_model(problem: Problem, state: ClusterState, candidates: list[NodeState], patterns: list[Pattern],

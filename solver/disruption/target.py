@@ -193,7 +193,7 @@ def restore(target: Target, problem: Problem, state: ClusterState
         if why:
             kept.append(f"{s.name}: {why}")
             if s.name in existing:
-                homes.gone.discard(existing[s.name])
+                homes.keep(existing[s.name])
         else:
             removed.append(s)
     if not removed:
@@ -248,6 +248,10 @@ class _Homes:
         self.existing: dict[int, list[Pod]] = {}
         self.new: dict[int, NewNode] = {}
         self.new_load: dict[int, np.ndarray] = {}
+
+    def keep(self, e: int) -> None:
+        """Existing node ``e`` stays after all: a home for the pods of the removals after it."""
+        self.gone.discard(e)
 
     def launch(self, i: int, template: int) -> None:
         self.new[i] = NewNode(template)

@@ -350,11 +350,11 @@ def test_kept_state_equals_a_fresh_read_after_changes_and_deletions() -> None:
     assert kept.state is not None and fresh.state is not None
     # the same families with the same samples (kept lines stay where they were, a fresh read lists the cache's
     # order: the text format orders no series within a family)
-    assert _families(kept.state.render()) == _families(fresh.state.render())
+    assert families(kept.state.render()) == families(fresh.state.render())
 
 
-def _families(text: bytes) -> list[tuple[bytes, list[bytes]]]:
-    """Each family's HELP and TYPE lines with its samples, sorted."""
+def families(text: bytes) -> list[tuple[bytes, list[bytes]]]:
+    """Each family's HELP line with its samples, sorted (the text format orders no series within a family)."""
     families: list[tuple[bytes, list[bytes]]] = []
     for line in text.splitlines():
         if line.startswith(b"# HELP"):

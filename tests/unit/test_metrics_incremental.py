@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from controller import cluster_metrics
 from controller.cache import CHANGE_LOG_LIMIT, ClusterCache, Resource
 from controller.metrics import Metrics
+from tests.unit.test_metrics import families
 
 KINDS = ("Pod", "Node", "NodeClaim", "NodePool")
 NODES = [f"n{i}" for i in range(5)]
@@ -96,17 +97,6 @@ def apply(cache: ClusterCache, event: tuple[Any, ...], version: int) -> None:
             cache._notify(informer.resource.kind)
 
 
-def samples(text: bytes) -> list[tuple[bytes, list[bytes]]]:
-    """Each family's HELP line with its samples, sorted (the text format orders no series within a family)."""
-    families: list[tuple[bytes, list[bytes]]] = []
-    for sample in text.splitlines():
-        if sample.startswith(b"# HELP"):
-            families.append((sample, []))
-        elif not sample.startswith(b"#"):
-            families[-1][1].append(sample)
-    return [(head, sorted(lines)) for head, lines in families]
-
-
 @settings(max_examples=150, deadline=None)
 @given(events)
 def test_kept_families_equal_a_fresh_read_after_any_churn(run: list[tuple[Any, ...]]) -> None:
@@ -126,8 +116,8 @@ def test_kept_families_equal_a_fresh_read_after_any_churn(run: list[tuple[Any, .
     fresh = Metrics(cache, clock=lambda: CLOCK)
     assert fresh.state is not None
     expected = fresh.state.render()
-    assert samples(published.text()) == samples(expected)
-    assert samples(kept.state.render()) == samples(expected)
+    assert families(published.text()) == families(expected)
+    assert families(kept.state.render()) == families(expected)
     zipped, _ = kept.render(accept_encoding="gzip", fresh_within=60.0)
     assert gzip.decompress(zipped).startswith(published.text())
 
