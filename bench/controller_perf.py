@@ -10,7 +10,8 @@ provider, ``hack/karpenter-kwok``), on a fresh control plane of its own (``hack/
    pods to delete, leaving holes on most nodes); the controller consolidates until its NodeClaims have not
    changed for ``--settle`` seconds: the end state's $/h and the saving.
 
-Controller CPU seconds and peak resident memory are read from ``/proc`` of the controller process. Per-batch
+Controller CPU seconds (when every pod is Running, and at the end) and peak resident memory are read from
+``/proc`` of the controller process. Per-batch
 decisions come from each controller's own log line of a decided batch (``decisions``): nodeplan's "solved batch"
 (wall and CPU seconds from the batch's pods to its plan), Karpenter's "found provisionable pod(s)" (its
 ``duration``, the same span; Karpenter logs no CPU per batch). Plan adherence (``adherence``) is measured after
@@ -78,7 +79,8 @@ NODECLASS = KWOK_NODECLASS
 COLUMNS = ("catalog", "controller", "pods", "to all Running s", "NodeClaims", "$/h", "bound $/h", "cpu reserved",
            "memory reserved", "batches", "decision median s", "decision p95 s", "decision cpu median s",
            "bound as planned", "re-planned pods", "scale-down pods", "settled s", "NodeClaims after", "$/h after",
-           "saving $/h", "bound after $/h", "controller cpu s", "controller peak MiB")
+           "saving $/h", "bound after $/h", "controller cpu s to all Running", "controller cpu s",
+           "controller peak MiB")
 
 
 def _apply(api: client.ApiClient, obj: dict[str, Any]) -> None:
@@ -321,6 +323,8 @@ class Result:
     settled_s: float | None = None
     claims_after: int = 0
     cost_after: float = 0.0
+    #: controller CPU seconds when every pod was Running (the scale-out's share of ``cpu_s``)
+    cpu_out_s: float = 0.0
     cpu_s: float = 0.0
     peak_mib: float = 0.0
     bounds: dict[str, float] = field(default_factory=dict)
@@ -355,12 +359,15 @@ def _install_crds(api: client.ApiClient, paths: Sequence[Path]) -> None:
         time.sleep(0.5)
 
 
-def _controller(kind: str, cat: Catalog, kubeconfig: str, karpenter_bin: str, log: Any) -> subprocess.Popen[bytes]:
+def _controller(kind: str, cat: Catalog, kubeconfig: str, karpenter_bin: str, log: Any,
+                batches: Path | None = None) -> subprocess.Popen[bytes]:
     if kind == "nodeplan":
         command = [str(Path(sys.executable).parent / "nodeplan"), "run", "--kubeconfig", kubeconfig,
                    "--metrics-port", "0", "--health-port", "0"]
         if cat.nodeplan_file is not None:
             command += ["--catalog", str(cat.nodeplan_file)]
+        if batches is not None:
+            command += ["--record-batches", str(batches)]
         return subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     env = {**os.environ, "KARPENTER_KWOK_BIN": karpenter_bin}
     if cat.karpenter_file is not None:
@@ -390,7 +397,8 @@ def _running(core: client.CoreV1Api) -> tuple[int, int]:
 
 
 def run(kind: str, cat: Catalog, deployments: Sequence[dict[str, Any]], *, keep: float, settle: float,
-        timeout: float, bin_dir: str, karpenter_bin: str, karpenter_crds: Path, logs: Path | None = None) -> Result:
+        timeout: float, bin_dir: str, karpenter_bin: str, karpenter_crds: Path, logs: Path | None = None,
+        record_batches: bool = False) -> Result:
     pods = sum(d["spec"]["replicas"] for d in deployments)
     result = Result(cat.name, kind, pods)
     with tempfile.TemporaryDirectory() as tmp, _fresh_cluster(tmp, bin_dir) as (api, kubeconfig):
@@ -402,7 +410,8 @@ def run(kind: str, cat: Catalog, deployments: Sequence[dict[str, Any]], *, keep:
         _apply(api, NODECLASS)
         _apply(api, NODEPOOL)
         log = open(f"{tmp}/controller.log", "wb")  # noqa: SIM115 - lives as long as the process
-        controller = _controller(kind, cat, kubeconfig, karpenter_bin, log)
+        batches = logs / f"{cat.name}-{kind}-{pods}-batches" if record_batches and logs is not None else None
+        controller = _controller(kind, cat, kubeconfig, karpenter_bin, log, batches)
         try:
             time.sleep(5.0)  # both controllers list and watch before the pods arrive
             if controller.poll() is not None:
@@ -414,6 +423,7 @@ def run(kind: str, cat: Catalog, deployments: Sequence[dict[str, Any]], *, keep:
                 result.running, _ = _running(core)
                 if result.running >= pods:
                     result.running_s = time.monotonic() - started
+                    result.cpu_out_s = _proc(controller.pid)[0]
                     break
                 time.sleep(1.0)
             claims = _claims(api)
@@ -508,7 +518,8 @@ def _row(r: Result) -> list[str]:
             ("-" if not scaled else "not settled" if r.settled_s is None else f"{r.settled_s:.0f}"),
             str(r.claims_after) if scaled else "-", f"{r.cost_after:.2f}" if scaled else "-",
             f"{r.cost - r.cost_after:.2f}" if scaled else "-",
-            f"{r.bounds.get('after', 0):.2f}" if scaled else "-", f"{r.cpu_s:.1f}", f"{r.peak_mib:.0f}"]
+            f"{r.bounds.get('after', 0):.2f}" if scaled else "-",
+            f"{r.cpu_out_s:.1f}" if r.running_s is not None else "-", f"{r.cpu_s:.1f}", f"{r.peak_mib:.0f}"]
 
 
 def _decision_cells(r: Result) -> list[str]:
@@ -542,6 +553,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--logs", type=Path, help="directory to keep each controller's log (and the consolidated "
                         "state after the scale-down and the consolidated end state as JSON snapshots, "
                         "CATALOG-CONTROLLER-PODS-start.json and -end.json) in")
+    parser.add_argument("--record-batches", action="store_true", help="nodeplan writes each batch's snapshot to "
+                        "LOGS/CATALOG-nodeplan-PODS-batches/ (replay offline with nodeplan solve; costs it some CPU)")
     args = parser.parse_args(argv)
     bin_dir = subprocess.run([str(CONTROL_PLANE / "build.sh")], check=True, capture_output=True,
                              text=True).stdout.strip().splitlines()[-1]
@@ -560,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
                 deployments = generic_deployment_objects(n, args.seed, NAMESPACE)
                 results = [run(kind, cat, deployments, keep=args.keep, settle=args.settle, timeout=args.timeout,
                                bin_dir=bin_dir, karpenter_bin=karpenter_bin, karpenter_crds=karpenter_crds,
-                               logs=args.logs)
+                               logs=args.logs, record_batches=args.record_batches)
                            for kind in controllers]
                 bounds = {"out": lower_bound(cat, deployments, args.bound_time_limit)}
                 if args.keep < 1.0:

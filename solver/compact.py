@@ -15,7 +15,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from solver.bins import Bin
-from solver.cpsat import make_solver
+from solver.cpsat import make_solver, solve_stopping
 from solver.patterns import Pattern, node_limit
 
 
@@ -81,7 +81,10 @@ def solve_compact(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, limits
         _add_hint(model, bins, hint, used, count)
     model.minimize(cost)
     solver = make_solver(time_limit, seed, workers, deterministic)
-    status = solver.solve(model, _StopAt(good_enough) if good_enough is not None else None)
+    if good_enough is None:
+        status = solver.solve(model)
+    else:  # ends the search at the first solution costing at most ``good_enough``
+        status, _ = solve_stopping(solver, model, lambda value: value <= good_enough + 0.5)
     name = solver.status_name(status)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return CompactResult(status=name, chosen=None, cost=None)
@@ -93,18 +96,6 @@ def solve_compact(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, limits
             pattern = Pattern(b_index, counts)
             chosen[pattern] = chosen.get(pattern, 0) + 1
     return CompactResult(status=name, chosen=chosen, cost=int(solver.objective_value))
-
-
-class _StopAt(cp_model.CpSolverSolutionCallback):
-    """Ends the search at the first solution whose cost is at most ``target``."""
-
-    def __init__(self, target: int) -> None:
-        super().__init__()
-        self.target = target
-
-    def on_solution_callback(self) -> None:
-        if self.objective_value <= self.target + 0.5:
-            self.stop_search()
 
 
 def _add_hint(model: cp_model.CpModel, bins: list[Bin], hint: dict[Pattern, int],

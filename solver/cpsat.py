@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
+
 from ortools.sat.python import cp_model
 
 
@@ -15,3 +19,85 @@ def make_solver(time_limit: float, seed: int, workers: int, deterministic: bool)
     solver.parameters.random_seed = seed
     solver.parameters.num_workers = 1 if deterministic else max(workers, 1)
     return solver
+
+
+#: a stalled search waits this many times as long as its best plan took (``SearchStop``). Once was too little:
+#: a consolidation target whose plans came at 0.96 s and 2.09 s stopped at 1.96 s, 4.8 % dearer after the move
+STALL_PATIENCE = 2.0
+
+
+class SearchStop:
+    """Stops a CP-SAT search from a watcher thread, never from a solution callback: OR-Tools 9.15 aborts the
+    whole process (``Check failed: solution->size() == postsolve_mapping.size()``) when ``stop_search`` is
+    called from the callback of a solution found while loading a complete hint (seen once in the controller:
+    a consolidation warm start already within the decision gap).
+
+    The callback calls ``improved()`` on every solution, ``enough=True`` when that plan ends the search. With
+    ``stall`` (seconds), the search also stops once it has gone ``STALL_PATIENCE`` times as long without a
+    better plan as it took to find its best one, and at least ``stall`` seconds (before its first plan only
+    the time limit applies): a search that finds nothing more in that time rarely does later, and running to
+    the time limit was most of the controller's CPU (the budget-free consolidation target of the
+    bench-controller scale-down: best plan at 1.1 s, then 4.7 s more of two cores on nothing). The stall is
+    wall-clock, as the time limit is, so it is only for decisions that accept a gap (``--decision-gap``);
+    exact runs keep their limit.
+
+    Use as a context manager around ``solver.solve``."""
+
+    def __init__(self, solver: cp_model.CpSolver, stall: float | None = None) -> None:
+        self._solver, self._stall = solver, stall
+        self._started = self._last = time.monotonic()
+        self._found = False
+        self._wake = threading.Event()
+        self._over = False
+        self._thread = threading.Thread(target=self._watch, name="cp-sat-stop", daemon=True)
+        #: why the search was stopped: "enough", "stalled" or None (it ended by itself or at its limit)
+        self.reason: str | None = None
+
+    def improved(self, enough: bool = False) -> None:
+        self._last, self._found = time.monotonic(), True
+        if enough and self.reason is None:
+            self.reason = "enough"
+            self._wake.set()
+
+    def __enter__(self) -> SearchStop:
+        self._started = self._last = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._over = True
+        self._wake.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        while True:
+            self._wake.wait(0.05 if self._stall is not None else None)
+            if self._over:
+                return
+            if self.reason == "enough":
+                self._solver.stop_search()
+                return
+            now, last = time.monotonic(), self._last
+            if self._stall is not None and self._found \
+                    and now - last >= max(self._stall, STALL_PATIENCE * (last - self._started)):
+                self.reason = "stalled"
+                self._solver.stop_search()
+                return
+
+
+class _Reporter(cp_model.CpSolverSolutionCallback):
+    def __init__(self, stop: SearchStop, enough: Callable[[float], bool] | None) -> None:
+        super().__init__()
+        self._stop, self._enough = stop, enough
+
+    def on_solution_callback(self) -> None:
+        self._stop.improved(enough=self._enough is not None and self._enough(self.objective_value))
+
+
+def solve_stopping(solver: cp_model.CpSolver, model: cp_model.CpModel, enough: Callable[[float], bool] | None = None,
+                   stall: float | None = None) -> tuple[cp_model.CpSolverStatus, SearchStop]:
+    """``solver.solve(model)``, stopped (by ``SearchStop``) at the first solution whose objective value
+    ``enough`` accepts, or once the search stalls. Returns the status and why it stopped."""
+    with SearchStop(solver, stall=stall) as stop:
+        status = solver.solve(model, _Reporter(stop, enough))
+    return status, stop

@@ -15,7 +15,7 @@ from ortools.sat.python import cp_model
 
 from solver.bins import Bin
 from solver.colgen import Objective
-from solver.cpsat import make_solver
+from solver.cpsat import make_solver, solve_stopping
 from solver.patterns import Pattern
 
 
@@ -27,19 +27,6 @@ class MasterResult:
     best_bound: float
     status: str
     wall_seconds: float
-
-
-class _StopNearBound(cp_model.CpSolverSolutionCallback):
-    """Stops the search once the plan is within ``gap`` of the LP lower bound."""
-
-    def __init__(self, lower_bound: float, gap: float) -> None:
-        super().__init__()
-        self.lower_bound = lower_bound
-        self.gap = gap
-
-    def on_solution_callback(self) -> None:
-        if self.lower_bound > 0 and self.objective_value <= self.lower_bound * (1 + self.gap):
-            self.stop_search()
 
 
 def solve_master(bins: list[Bin], patterns: list[Pattern], demand: np.ndarray, objective: Objective,
@@ -84,7 +71,8 @@ def solve_master(bins: list[Bin], patterns: list[Pattern], demand: np.ndarray, o
         for p, var in x.items():
             model.add_hint(var, hint.get(p, 0))
     solver = make_solver(time_limit, seed, workers, deterministic)
-    status = solver.solve(model, _StopNearBound(lower_bound, gap))
+    # stops once the plan is within ``gap`` of the lower bound
+    status, _ = solve_stopping(solver, model, lambda value: lower_bound > 0 and value <= lower_bound * (1 + gap))
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     chosen = {p: int(solver.value(var)) for p, var in x.items() if solver.value(var) > 0}
