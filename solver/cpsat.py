@@ -41,6 +41,10 @@ class SearchStop:
     wall-clock, as the time limit is, so it is only for decisions that accept a gap (``--decision-gap``);
     exact runs keep their limit.
 
+    A search without interleaved subsolvers (one worker, or racing ones) is stopped in its callback, at once:
+    the abort needs ``interleave_search``, and a deterministic single-worker search then keeps its same-input,
+    same-plan guarantee (a watcher's stop lands a few solutions later, when it lands).
+
     Use as a context manager around ``solver.solve``."""
 
     def __init__(self, solver: cp_model.CpSolver, stall: float | None = None) -> None:
@@ -86,12 +90,15 @@ class SearchStop:
 
 
 class _Reporter(cp_model.CpSolverSolutionCallback):
-    def __init__(self, stop: SearchStop, enough: Callable[[float], bool] | None) -> None:
+    def __init__(self, stop: SearchStop, enough: Callable[[float], bool] | None, at_once: bool) -> None:
         super().__init__()
-        self._stop, self._enough = stop, enough
+        self._stop, self._enough, self._at_once = stop, enough, at_once
 
     def on_solution_callback(self) -> None:
-        self._stop.improved(enough=self._enough is not None and self._enough(self.objective_value))
+        enough = self._enough is not None and self._enough(self.objective_value)
+        self._stop.improved(enough=enough)
+        if enough and self._at_once:
+            self.stop_search()
 
 
 def solve_stopping(solver: cp_model.CpSolver, model: cp_model.CpModel, enough: Callable[[float], bool] | None = None,
@@ -99,5 +106,5 @@ def solve_stopping(solver: cp_model.CpSolver, model: cp_model.CpModel, enough: C
     """``solver.solve(model)``, stopped (by ``SearchStop``) at the first solution whose objective value
     ``enough`` accepts, or once the search stalls. Returns the status and why it stopped."""
     with SearchStop(solver, stall=stall) as stop:
-        status = solver.solve(model, _Reporter(stop, enough))
+        status = solver.solve(model, _Reporter(stop, enough, at_once=not solver.parameters.interleave_search))
     return status, stop

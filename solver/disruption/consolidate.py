@@ -427,9 +427,9 @@ def _whole_model(problem: Problem, state: ClusterState, candidates: list[NodeSta
         # the warm start's neighbourhood on 1,000-node models
         solver.parameters.interleave_search = True
         solver.parameters.num_workers = max(options.workers, 4)
-    if options.gap > 0:  # the objective is minus the savings (scaled): a plan within the gap of the most saving
-        solver.parameters.relative_gap_limit = options.gap
     if options.gap > 0:
+        # the objective is minus the savings (scaled): a plan within the gap of the most saving
+        solver.parameters.relative_gap_limit = options.gap
         # CP-SAT's own bound on the savings rarely closes the gap (its LP does not know the re-provisioning
         # bound): the first plan whose cost after the move is within the gap of ``lower`` ends the search. Only
         # for objectives of cost and evictions alone (no drift weights or eviction price: ``_after_bound``)
