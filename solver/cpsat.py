@@ -27,10 +27,11 @@ STALL_PATIENCE = 2.0
 
 
 class SearchStop:
-    """Stops a CP-SAT search from a watcher thread, never from a solution callback: OR-Tools 9.15 aborts the
-    whole process (``Check failed: solution->size() == postsolve_mapping.size()``) when ``stop_search`` is
-    called from the callback of a solution found while loading a complete hint (seen once in the controller:
-    a consolidation warm start already within the decision gap).
+    """Stops an interleaved CP-SAT search from a watcher thread, not from its solution callback: OR-Tools 9.15
+    aborts the whole process (``Check failed: solution->size() == postsolve_mapping.size()``) when
+    ``stop_search`` is called from the callback of a solution found while loading a complete hint with
+    ``interleave_search`` on (seen once in the controller: a consolidation warm start already within the
+    decision gap).
 
     The callback calls ``improved()`` on every solution, ``enough=True`` when that plan ends the search. With
     ``stall`` (seconds), the search also stops once it has gone ``STALL_PATIENCE`` times as long without a
@@ -41,15 +42,15 @@ class SearchStop:
     wall-clock, as the time limit is, so it is only for decisions that accept a gap (``--decision-gap``);
     exact runs keep their limit.
 
-    A search without interleaved subsolvers (one worker, or racing ones) is stopped in its callback, at once:
-    the abort needs ``interleave_search``, and a deterministic single-worker search then keeps its same-input,
-    same-plan guarantee (a watcher's stop lands a few solutions later, when it lands).
+    A search without interleaved subsolvers (one worker, or racing ones) is stopped in its callback, at once
+    (``solve_stopping``): a deterministic single-worker search then keeps its same-input, same-plan guarantee
+    (a watcher's stop lands a few solutions later, when it lands).
 
     Use as a context manager around ``solver.solve``."""
 
     def __init__(self, solver: cp_model.CpSolver, stall: float | None = None) -> None:
         self._solver, self._stall = solver, stall
-        self._started = self._last = time.monotonic()
+        self._started = self._last = 0.0  # set on entry
         self._found = False
         self._wake = threading.Event()
         self._over = False
