@@ -430,6 +430,8 @@ def run(kind: str, cat: Catalog, deployments: Sequence[dict[str, Any]], *, keep:
             result.claims, result.cost = len(claims), _cost(cat, claims)
             result.cpu_reserved, result.memory_reserved = _utilisation(core)
             result.adherence = adherence(kind, api)
+            if logs is not None:  # where every pod went against its plan, for reading adherence offline
+                keep_snapshot(api, logs / f"{cat.name}-{kind}-{pods}-running.json")
             log.flush()
             result.decisions = decisions(kind, Path(f"{tmp}/controller.log").read_text(errors="replace"))
             if keep < 1.0 and result.running_s is not None:
@@ -550,9 +552,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--timeout", type=float, default=600.0, help="per phase")
     parser.add_argument("--bound-time-limit", type=float, default=30.0)
-    parser.add_argument("--logs", type=Path, help="directory to keep each controller's log (and the consolidated "
-                        "state after the scale-down and the consolidated end state as JSON snapshots, "
-                        "CATALOG-CONTROLLER-PODS-start.json and -end.json) in")
+    parser.add_argument("--logs", type=Path, help="directory to keep each controller's log (and, as JSON "
+                        "snapshots, the cluster once every pod is Running, the state after the scale-down and the "
+                        "consolidated end state: CATALOG-CONTROLLER-PODS-running.json, -start.json and -end.json) in")
     parser.add_argument("--record-batches", action="store_true", help="nodeplan writes each batch's snapshot to "
                         "LOGS/CATALOG-nodeplan-PODS-batches/ (replay offline with nodeplan solve; costs it some CPU)")
     args = parser.parse_args(argv)

@@ -44,7 +44,9 @@ class BatchWindow:
 
     A pod counts as new once per (key, resourceVersion): pods the last solve could not place do not reopen
     the window until they (or the NodePools, see ``forget``) change, so an unplaceable pod cannot make the
-    controller solve in a loop.
+    controller solve in a loop. Within one open window a pod extends it once, as Karpenter's Batcher triggers
+    once per pod UID a window: the kube-scheduler rewrites a pending pod's Unschedulable message each time the
+    node count changes, and during a scale-out those rewrites alone would hold the window to its maximum.
     """
 
     def __init__(self, idle: float = 1.0, maximum: float = 10.0) -> None:
@@ -53,15 +55,19 @@ class BatchWindow:
         self.idle = idle
         self.maximum = maximum
         self._seen: dict[str, str] = {}
+        #: the pods that opened or extended the window now open
+        self._window: set[str] = set()
         self.opened_at: float | None = None
         self._last_new: float = 0.0
 
     def observe(self, pods: Mapping[str, str], now: float) -> bool:
-        """Record the currently provisionable pods (key → resourceVersion); True if any was new."""
-        new = [k for k, rv in pods.items() if self._seen.get(k) != rv]
-        for key in new:
+        """Record the currently provisionable pods (key → resourceVersion); True if any was new to the window."""
+        changed = [k for k, rv in pods.items() if self._seen.get(k) != rv]
+        for key in changed:
             self._seen[key] = pods[key]
+        new = [k for k in changed if k not in self._window]
         if new:
+            self._window.update(new)
             if self.opened_at is None:
                 self.opened_at = now
             self._last_new = now
@@ -85,6 +91,7 @@ class BatchWindow:
     def close(self, unplaced: Mapping[str, str]) -> None:
         """End the batch; remember only the pods the solve left unplaced (they reopen it when they change)."""
         self.opened_at = None
+        self._window.clear()
         self._seen = dict(unplaced)
 
     def forget(self) -> None:

@@ -408,7 +408,8 @@ class Disruption:
         log.info(f"consolidation decision: {decision.describe()}; validating in {self.options.validation_wait:.0f}s",
                  node=",".join(r.node for r in decision.plan.remove),
                  nodepool=",".join(sorted({r.node_pool for r in decision.plan.remove})),
-                 seconds=round(plan.solver.wall_seconds, 3), target=_target_source(plan))
+                 seconds=round(plan.solver.wall_seconds, 3), target=_target_source(plan),
+                 stages={name: round(s, 3) for name, s in plan.solver.stages.items() if s >= 0.05})
         if not self._wait(self.options.validation_wait):
             return PassRecord(started, "stopped", "before validation", plan=plan)
         held = self._revalidate(decision)

@@ -518,7 +518,8 @@ class Provisioner:
                              cpu_seconds=time.process_time() - cpu_started)
         log.info("solved batch", pods=len(batch), nodeclaims=len(plan.node_claims), cost=plan.cost.total,
                  greedy=plan.cost.greedy, lower_bound=plan.cost.lower_bound, status=plan.solver.status,
-                 seconds=round(record.solve_seconds, 3), cpu_seconds=round(record.cpu_seconds, 3))
+                 seconds=round(record.solve_seconds, 3), cpu_seconds=round(record.cpu_seconds, 3),
+                 stages={name: round(s, 3) for name, s in plan.solver.stages.items() if s >= 0.05})
         for item in plan.unschedulable:
             log.info(f"pod cannot be scheduled: {item.reason}", pod=item.pod)
         uid_of = {k: (p.get("metadata") or {}).get("uid", "") for k, p in batch.items()}

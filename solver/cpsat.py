@@ -24,6 +24,15 @@ def make_solver(time_limit: float, seed: int, workers: int, deterministic: bool)
 #: a stalled search waits this many times as long as its best plan took (``SearchStop``). Once was too little:
 #: a consolidation target whose plans came at 0.96 s and 2.09 s stopped at 1.96 s, 4.8 % dearer after the move
 STALL_PATIENCE = 2.0
+#: ... and at least this many seconds. Searches that accept a decision gap (the consolidation model, the pattern
+#: master, the large-neighbourhood search) stall this way; exact runs keep their time limit
+STALL_SECONDS = 1.5
+
+
+def stalled(started: float, last: float, now: float, stall: float) -> bool:
+    """Has a search that began at ``started`` and last improved at ``last`` gone without a better plan for
+    ``STALL_PATIENCE`` times as long as that took, and at least ``stall`` seconds?"""
+    return now - last >= max(stall, STALL_PATIENCE * (last - started))
 
 
 class SearchStop:
@@ -83,8 +92,7 @@ class SearchStop:
                 self._solver.stop_search()
                 return
             now, last = time.monotonic(), self._last
-            if self._stall is not None and self._found \
-                    and now - last >= max(self._stall, STALL_PATIENCE * (last - self._started)):
+            if self._stall is not None and self._found and stalled(self._started, last, now, self._stall):
                 self.reason = "stalled"
                 self._solver.stop_search()
                 return

@@ -30,6 +30,7 @@ import numpy as np
 
 from solver.bins import Bin
 from solver.compact import solve_compact
+from solver.cpsat import stalled
 from solver.decode import decode, pattern_order
 from solver.patterns import Pattern, complete, copies_matrix, density_order, fill_listed, greedy_pricing
 from solver.placement import NewNode, Placement
@@ -229,9 +230,11 @@ class SearchResult:
 
 def improve(bins: list[Bin], sizes: np.ndarray, incumbent: dict[Pattern, int], limits: dict[tuple[int, str], int],
             deadline: float, *, seed: int, max_iterations: int | None = None, deterministic: bool = True,
-            values: np.ndarray | None = None, good_enough: float | None = None) -> SearchResult:
+            values: np.ndarray | None = None, good_enough: float | None = None,
+            stall: float | None = None) -> SearchResult:
     """Destroy-and-repack over ``incumbent``'s new nodes until ``deadline`` (or ``max_iterations``, or the new
-    nodes cost at most ``good_enough`` micro-$/h: a plan within the caller's decision gap); the result is never
+    nodes cost at most ``good_enough`` micro-$/h: a plan within the caller's decision gap, or it stalls:
+    ``solver.cpsat.stalled`` with ``stall`` seconds); the result is never
     dearer than the incumbent and schedules exactly the same units. ``values``: ``class_values`` when the caller
     has them. Each node's value is worked out once (10,000 greedy nodes over 4,603 classes: per iteration, that
     was seconds)."""
@@ -253,9 +256,13 @@ def improve(bins: list[Bin], sizes: np.ndarray, incumbent: dict[Pattern, int], l
     new_bins = [b for b in bins if not b.existing]
     improved = iterations = failures = 0
     cost = sum(bins[p.bin].cost for p in nodes)
+    started = last = time.monotonic()
     while nodes and (max_iterations is None or iterations < max_iterations):
-        left = deadline - time.monotonic()
+        now = time.monotonic()
+        left = deadline - now
         if left <= 0.05 or (good_enough is not None and cost <= good_enough):
+            break
+        if stall is not None and stalled(started, last, now, stall):
             break
         k = min(NEIGHBOURHOODS[iterations % len(NEIGHBOURHOODS)], len(nodes))
         iterations += 1
@@ -295,6 +302,7 @@ def improve(bins: list[Bin], sizes: np.ndarray, incumbent: dict[Pattern, int], l
             continue
         failures = 0
         improved += 1
+        last = time.monotonic()
         cost += result.cost - old_cost
         added = [p for p, n in sorted(result.chosen.items(), key=lambda kv: pattern_order(kv[0])) for _ in range(n)]
         node_waste = [w for i, w in enumerate(node_waste) if i not in gone] + [waste_of(p) for p in added]

@@ -27,16 +27,24 @@ class MasterResult:
     best_bound: float
     status: str
     wall_seconds: float
+    #: why the search was stopped before its limit ("enough", "stalled"), None if it ran to the end
+    stopped: str | None = None
 
 
 def solve_master(bins: list[Bin], patterns: list[Pattern], demand: np.ndarray, objective: Objective,
                  limits: dict[tuple[int, str], int], hint: dict[Pattern, int] | None, time_limit: float,
                  seed: int, workers: int, deterministic: bool, lower_bound: float = 0.0, gap: float = 0.0,
-                 at_least: dict[Pattern, int] | None = None) -> MasterResult | None:
+                 at_least: dict[Pattern, int] | None = None, stall: float | None = None) -> MasterResult | None:
     """Solve the pattern IP; ``lower_bound`` (any valid bound on the objective) is added as a cut and
     ends the search early once a plan is within ``gap`` of it. ``at_least`` fixes a floor on some pattern
-    counts (LP rounding: keep the integer part of the LP and let CP-SAT decide only the rest)."""
+    counts (LP rounding: keep the integer part of the LP and let CP-SAT decide only the rest); ``stall`` stops a
+    search that finds no better plan (``solver.cpsat.SearchStop``). The hint's own
+    patterns are columns too: a warm start from a plan whose nodes column generation never priced (the dive's,
+    greedy's) is otherwise no start at all — CP-SAT then spent a 60-pod batch's 7.7 s without reaching it."""
     model = cp_model.CpModel()
+    if hint:
+        known = set(patterns)
+        patterns = [*patterns, *(p for p in hint if p not in known)]
     x: dict[Pattern, cp_model.IntVar] = {}
     for i, p in enumerate(patterns):
         counts = p.array()
@@ -72,10 +80,11 @@ def solve_master(bins: list[Bin], patterns: list[Pattern], demand: np.ndarray, o
             model.add_hint(var, hint.get(p, 0))
     solver = make_solver(time_limit, seed, workers, deterministic)
     # stops once the plan is within ``gap`` of the lower bound
-    status, _ = solve_stopping(solver, model, lambda value: lower_bound > 0 and value <= lower_bound * (1 + gap))
+    status, stop = solve_stopping(solver, model, lambda value: lower_bound > 0 and value <= lower_bound * (1 + gap),
+                                  stall=stall)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     chosen = {p: int(solver.value(var)) for p, var in x.items() if solver.value(var) > 0}
     return MasterResult(chosen=chosen, unscheduled=np.array([solver.value(v) for v in u], dtype=np.int64),
                         objective=int(solver.objective_value), best_bound=float(solver.best_objective_bound),
-                        status=solver.status_name(status), wall_seconds=solver.wall_time)
+                        status=solver.status_name(status), wall_seconds=solver.wall_time, stopped=stop.reason)

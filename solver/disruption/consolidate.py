@@ -26,7 +26,7 @@ from model.instancetype import MICRO
 from model.plan import ProvisioningPlan
 from model.pod import Pod
 from model.snapshot import Snapshot
-from solver.cpsat import make_solver, solve_stopping
+from solver.cpsat import STALL_SECONDS, make_solver, solve_stopping
 from solver.disruption.candidates import ClusterState, NodeState
 from solver.disruption.drain import drain_first
 from solver.disruption.lns import Incumbent, Search, SearchReport
@@ -50,9 +50,6 @@ WHOLE_MODEL_CANDIDATES = 250
 MAX_REPROVISION = 4.0
 #: share of the time left that solving the budget-free target may use (``_toward_target``)
 TARGET_SHARE = 0.5
-#: with a decision gap the whole model stops once it has found no better plan for this long, and for twice as
-#: long as its best one took (``solver.cpsat.SearchStop``)
-STALL_SECONDS = 1.5
 
 
 @dataclass(frozen=True)

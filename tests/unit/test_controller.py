@@ -52,6 +52,20 @@ def test_batch_window_idle_and_max() -> None:
     assert window.ready(3.0)
 
 
+def test_batch_window_is_extended_once_per_pod() -> None:
+    """Karpenter's Batcher triggers once per pod UID a window: a pending pod the kube-scheduler keeps
+    re-reporting (a new resourceVersion each time) must not hold the window open to its maximum."""
+    window = BatchWindow(idle=1.0, maximum=10.0)
+    assert window.observe({"a": "1"}, 0.0)
+    assert not window.observe({"a": "2"}, 0.8)  # the same pod, updated: not new to this window
+    assert not window.observe({"a": "3"}, 1.6)
+    assert window.ready(1.6)
+    assert window.deadline() == 1.0
+    window.close({"a": "3"})
+    assert window.observe({"a": "4"}, 2.0)  # a later window counts it again once it changed
+    assert window.deadline() == 3.0
+
+
 def test_batch_window_does_not_reopen_for_unplaceable_pods() -> None:
     window = BatchWindow(idle=1.0, maximum=10.0)
     window.observe({"a": "1", "b": "1"}, 0.0)

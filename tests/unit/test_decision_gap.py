@@ -152,3 +152,38 @@ def test_an_abnormal_lp_solve_is_retried_from_scratch_without_presolve() -> None
     assert solve_glop(lp) == pywraplp.Solver.OPTIMAL
     assert lp.settings == ["use_preprocessing:false"] and lp.incremental == [True, False]
 
+
+
+def test_the_master_starts_from_its_hint_even_where_column_generation_never_priced_its_nodes() -> None:
+    """The warm start is the dive's or greedy's plan, whose nodes need not be generated patterns: the master
+    takes the hint's patterns as columns, so its plan is never worse than the hint — with no other column at
+    all, the hint is the whole model."""
+    import numpy as np
+
+    from solver.colgen import Objective
+    from solver.greedy import greedy_placement
+    from solver.master import solve_master
+    from solver.provision import _patterns_of
+    problem, bins, demand, limits = _compiled(60)
+    objective = Objective(rank_weight=0, unscheduled_weight=max(b.cost for b in bins) * 10,
+                          best_rank=np.zeros(len(demand), dtype=np.int64))
+    hint = _patterns_of(problem, bins, greedy_placement(problem))
+    hinted = sum(objective.cost(bins[p.bin], p.array()) * n for p, n in hint.items())
+    result = solve_master(bins, [], demand, objective, limits, hint, time_limit=30.0, seed=0, workers=1,
+                          deterministic=True)
+    assert result is not None and not result.unscheduled.any()
+    assert result.objective <= hinted
+    assert set(result.chosen) <= set(hint)
+
+
+def test_a_master_that_finds_nothing_better_stops_instead_of_holding_its_warm_start_to_the_limit() -> None:
+    """With a decision gap the pattern master stalls (``solver.cpsat.stalled``): on this 80-pod batch it found
+    nothing better than its warm start, and without the stall held it for 7.2 s of a 60 s limit; the plan is
+    the same either way, and it verifies."""
+    snap = snapshot(deployments(80, seed=6))
+    plan = solve(snap, SolveOptions(time_limit=60.0, workers=1, gap=0.02)).plan
+    assert "master" in plan.solver.stages, plan.solver.notes
+    assert any(n.startswith("pattern master: stopped after") for n in plan.solver.notes), plan.solver.notes
+    assert verify(snap, plan) == [] and not plan.unschedulable
+    exact = solve(snap, SolveOptions(time_limit=5.0, workers=1)).plan
+    assert not any(n.startswith("pattern master: stopped") for n in exact.solver.notes)  # exact runs never stall

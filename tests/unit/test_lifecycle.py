@@ -162,6 +162,35 @@ def test_registration_waits_for_a_claim_about_to_launch() -> None:
     assert sorted(args[0] for kind, args in recorder.calls if kind == "patch_node") == ["c1", "c2"]
 
 
+def test_a_claim_created_while_the_pods_are_nominated_registers_with_the_others() -> None:
+    """The provisioner may create a claim while the joining claims' pods are being nominated: untainting then
+    would hand its pods, not yet nominated, the room left on the joining nodes. Those nodes wait for it, and
+    register with it once its node is Ready."""
+    import threading
+    from datetime import UTC, datetime
+
+    lifecycle, cache, recorder = launched_and_ready()
+
+    def provisioner() -> None:  # a new batch's claim, created 0.1 s into the nominations
+        time.sleep(0.1)
+        created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        cache.upsert("NodeClaim", {"metadata": {"name": "c2", "uid": "c2-uid", "resourceVersion": "5",
+                                                "creationTimestamp": created, "annotations": {PODS_ANNOTATION: "[]"}}})
+
+    thread = threading.Thread(target=provisioner)
+    thread.start()
+    lifecycle.reconcile_all()
+    thread.join()
+    assert ("nominate", "u1") in [(kind, args[1]) for kind, args in recorder.calls if kind == "nominate"]
+    assert not any(kind == "patch_node" for kind, _ in recorder.calls)  # c1 waits for c2
+    lifecycle.reconcile_all()  # c2 launched
+    cache.upsert("Node", {"metadata": {"name": "c2", "resourceVersion": "3", "labels": {}}, "spec": {},
+                          "status": READY})
+    recorder.calls.clear()
+    assert lifecycle.reconcile_all() == 2  # both registered, together
+    assert sorted(args[0] for kind, args in recorder.calls if kind == "patch_node") == ["c1", "c2"]
+
+
 def launched_and_ready(allocatable: str = "3900m") -> tuple[Lifecycle, ClusterCache, Recorder]:
     """c1 launched, its Node joined (tainted) and Ready; its pods u1, u2 (1 CPU each) pending and not nominated."""
     lifecycle, cache, recorder = setup()
