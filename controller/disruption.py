@@ -90,10 +90,6 @@ class Writer(Protocol):
 
     def untaint(self, node: str) -> None: ...
 
-    def steer(self, node: str, away: bool) -> None:
-        """Add (``away``) or remove the ``nodeplan.io/consolidating:PreferNoSchedule`` taint."""
-        ...
-
     def create_claim(self, body: dict[str, Any]) -> None:
         """Create a NodeClaim; one that already exists (a retried decision) is not an error."""
         ...
@@ -145,13 +141,6 @@ class KubeWriter:
         self._set_taints(node, lambda taints: [t for t in taints if not _is_disrupted(t)])
         log.info("untainted node", node=node)
 
-    def steer(self, node: str, away: bool) -> None:
-        def edit(taints: list[dict[str, Any]]) -> list[dict[str, Any]]:
-            kept = [t for t in taints if not _is_steering(t)]
-            return [*kept, dict(STEERING_TAINT)] if away else kept
-        self._set_taints(node, edit)
-        log.info(f"{'tainted' if away else 'untainted'} node {wk.CONSOLIDATING_TAINT}:PreferNoSchedule", node=node)
-
     def create_claim(self, body: dict[str, Any]) -> None:
         try:
             created = self._custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
@@ -174,16 +163,6 @@ def _target_source(plan: DisruptionPlan) -> str:
     last pass, solved now, or none (the decision is not a step toward one)."""
     stages = plan.solver.stages
     return "restored" if "target restored" in stages else "solved" if "target" in stages else "none"
-
-
-#: on the nodes the consolidation target removes later: the kube-scheduler scores nodes without an untolerated
-#: PreferNoSchedule taint above all others, so pods evicted by one step (and new ones) go to the nodes the
-#: target keeps rather than to the emptiest, which are the next steps' removals
-STEERING_TAINT = {"key": wk.CONSOLIDATING_TAINT, "effect": "PreferNoSchedule"}
-
-
-def _is_steering(taint: Mapping[str, Any]) -> bool:
-    return taint.get("key") == wk.CONSOLIDATING_TAINT and taint.get("effect") == "PreferNoSchedule"
 
 
 def _is_disrupted(taint: Mapping[str, Any]) -> bool:
@@ -414,7 +393,6 @@ class Disruption:
         t0 = time.monotonic()
         result = consolidate(snapshot, self._consolidate_options())
         self._target = result.outcome.target if result.outcome is not None else None
-        self._steer()
         if self._metrics is not None:
             self._metrics.evaluation.observe(time.monotonic() - t0)
         self._observe_candidates(result)
@@ -560,25 +538,6 @@ class Disruption:
             self._event_on_candidate(decision, removal.node, kind, "DisruptionAbandoned", why)
         return PassRecord(started, "abandoned" if cause == "validation" else "failed", why, plan=decision.plan,
                           replacements=list(decision.replacements))
-
-    def _steer(self) -> None:
-        """Keep new and evicted pods off the nodes the budget-free target removes in later steps: the
-        kube-scheduler spreads pods onto the emptiest nodes — those very nodes — so a step's evicted pods came
-        back onto the next step's removals, to be evicted again, and the room the target keeps them on went to
-        whatever arrived; the next pass then could not restore the target and solved a worse one. A soft taint
-        (PreferNoSchedule): the nodes still take pods that fit nowhere else. Only on nodes of our NodeClaims;
-        removed as soon as a pass ends without a target or with one that keeps the node."""
-        wanted = set(self._target.removed) if self._target is not None else set()
-        managed = {claim_node_name(c) for c in self._cache.items("NodeClaim")
-                   if not (c.get("metadata") or {}).get("deletionTimestamp")}
-        for node in self._cache.items("Node"):
-            meta = node.get("metadata") or {}
-            name = str(meta.get("name"))
-            if meta.get("deletionTimestamp") or name not in managed:
-                continue
-            steered = any(_is_steering(t) for t in (node.get("spec") or {}).get("taints") or [])
-            if steered != (name in wanted):
-                self._writer.steer(name, name in wanted)
 
     def _untaint_stale(self) -> None:
         """A disrupted taint on a node whose NodeClaim (ours) is not being deleted was left by an interrupted

@@ -13,8 +13,6 @@ REGISTERED = "karpenter.sh/registered"
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 DISRUPTED_TAINT = "karpenter.sh/disrupted"
 UNREGISTERED_TAINT = "karpenter.sh/unregistered"
-#: PreferNoSchedule, on nodes a consolidation target removes in a later step (``controller.disruption``)
-CONSOLIDATING_TAINT = "nodeplan.io/consolidating"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 
 CAPACITY_TYPES = ("spot", "on-demand", "reserved")

@@ -52,15 +52,6 @@ class FakeWriter:
             raw["spec"]["taints"] = [t for t in raw["spec"].get("taints") or [] if t["key"] != wk.DISRUPTED_TAINT]
             self.cache.upsert("Node", raw)
 
-    def steer(self, node: str, away: bool) -> None:
-        self.calls.append(("steer" if away else "unsteer", node))
-        raw = copy.deepcopy(self.cache.informers["Node"].get(node))
-        if raw is not None:
-            taints = [t for t in raw.setdefault("spec", {}).get("taints") or [] if t["key"] != wk.CONSOLIDATING_TAINT]
-            raw["spec"]["taints"] = [*taints, {"key": wk.CONSOLIDATING_TAINT, "effect": "PreferNoSchedule"}] \
-                if away else taints
-            self.cache.upsert("Node", raw)
-
     def create_claim(self, body: dict[str, Any]) -> None:
         self.calls.append(("create", body["metadata"]["name"]))
         stored = self.on_create(copy.deepcopy(body))
@@ -516,36 +507,3 @@ def test_a_pass_hands_the_next_the_target_it_stepped_toward(monkeypatch: pytest.
     assert d._consolidate_options().gap == DisruptionOptions().decision_gap > 0
     d._target = dataclasses.replace(target, solved_at=time.monotonic() - module.CONSOLIDATED_FOR)
     assert d._consolidate_options().target is None
-
-
-def test_the_nodes_a_target_removes_later_are_steered_away_from_until_it_keeps_them(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The kube-scheduler puts evicted pods on the emptiest nodes, which are the target's next removals: while a
-    target removes a node in a later step, the node carries ``nodeplan.io/consolidating:PreferNoSchedule``;
-    once a pass ends with no target (or one that keeps it), the taint goes."""
-    import controller.disruption as module
-    from solver.disruption.target import Target
-    real = module.consolidate
-    target = Target(("target", "keeper"), {}, (), time.monotonic())
-
-    def with_target(snapshot: Any, options: Any) -> Any:
-        result = real(snapshot, options)
-        if result.outcome is not None:
-            result.outcome.target = target
-        return result
-
-    monkeypatch.setattr(module, "consolidate", with_target)
-    cache = cluster([on_demand_pool(), *keeper_and_target()])
-    writer = FakeWriter(cache, _initialized)
-    d, _ = disruption(cache, writer)
-
-    def steered() -> set[str]:
-        return {n["metadata"]["name"] for n in cache.items("Node")
-                if any(t["key"] == wk.CONSOLIDATING_TAINT and t["effect"] == "PreferNoSchedule"
-                       for t in n["spec"].get("taints") or [])}
-    assert d.step().outcome == "disrupted"
-    assert steered() == {"target", "keeper"}
-    assert writer.calls.index(("steer", "keeper")) < writer.calls.index(("taint", "target"))
-    d._target = None
-    d._steer()  # as a pass that ends without a target
-    assert steered() == set() and ("unsteer", "keeper") in writer.calls
