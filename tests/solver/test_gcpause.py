@@ -49,7 +49,9 @@ def test_survivors_are_frozen_out_of_full_collections_and_garbage_is_still_freed
     try:
         frozen = freeze_survivors()
         assert dead() is None
-        assert frozen >= 1 and gc.get_freeze_count() == frozen
+        # a frozen object may still die by reference count — one another thread of the test run drops — so the
+        # count can fall after the call, never rise (seen in CI: 834,630 right after freezing 834,631)
+        assert frozen >= 1 and 0 < gc.get_freeze_count() <= frozen
         assert not any(obj is survivor for obj in gc.get_objects())
     finally:
         gc.unfreeze()
