@@ -38,7 +38,7 @@ from controller.cache import ClusterCache
 from controller.conditions import conditions_of, is_true
 from controller.disruption_validation import Revalidation, revalidate
 from controller.events import EventRecorder
-from controller.logs import get_logger
+from controller.logs import get_logger, stage_fields
 from controller.metrics import Metrics
 from controller.offerings import UnavailableOfferings
 from controller.provisioner import GROUP, VERSION, Provisioner, claim_name, claim_node_name, nodeclaim_body
@@ -409,7 +409,7 @@ class Disruption:
                  node=",".join(r.node for r in decision.plan.remove),
                  nodepool=",".join(sorted({r.node_pool for r in decision.plan.remove})),
                  seconds=round(plan.solver.wall_seconds, 3), target=_target_source(plan),
-                 stages={name: round(s, 3) for name, s in plan.solver.stages.items() if s >= 0.05})
+                 stages=stage_fields(plan.solver.stages))
         if not self._wait(self.options.validation_wait):
             return PassRecord(started, "stopped", "before validation", plan=plan)
         held = self._revalidate(decision)

@@ -104,12 +104,13 @@ class Lifecycle:
         launched = [c for c in claims if _true(c, "Launched") and not _true(c, "Registered")]
         self._registration_ready = self._may_register(claims, launched, nodes)
         if self.nominate and self._registration_ready:
-            joining = [c for c in launched if claim_node_name(c) in nodes]
-            self._settle_nominations(joining)
-            # a claim the provisioner created while these were nominated registers with them, on a later pass: its
-            # pods have no nomination yet, and this untaint would hand them the room left on these nodes (a 29-pod
-            # batch created 0.3 s into a 207-pod batch's nominations found 22 of its pods bound there)
-            self._registration_ready = not self._created_meanwhile(claims, joining)
+            self._settle_nominations([c for c in launched if claim_node_name(c) in nodes])
+            # the barrier once more, over the claims as they are now: one the provisioner created while these were
+            # nominated registers with them, on a later pass — its pods have no nomination yet, and this untaint
+            # would hand them the room left on these nodes (a 29-pod batch created 0.3 s into a 207-pod batch's
+            # nominations found 22 of its pods bound there)
+            now = [c for c in self._cache.items("NodeClaim") if not (c.get("metadata") or {}).get("deletionTimestamp")]
+            self._registration_ready = self._may_register(now, launched, nodes)
         registered = self._register_concurrently(launched, nodes) if self._registration_ready else set()
         writes += len(registered)
         for raw in claims:
@@ -163,15 +164,6 @@ class Lifecycle:
         # a claim created but not launched yet is launched later in this pass: its node joins the others
         return not any(_conditions(c).get("Launched") is None and _created_age(c) < REGISTRATION_BARRIER_SECONDS
                        for c in claims)
-
-    def _created_meanwhile(self, seen: list[dict[str, Any]], joining: list[dict[str, Any]]) -> bool:
-        """Is there a NodeClaim younger than ``REGISTRATION_BARRIER_SECONDS`` that was not in ``seen``, while
-        every joining claim is still young enough to wait for it (the registration barrier's own rule)?"""
-        if any(_age(c, "Launched") >= REGISTRATION_BARRIER_SECONDS for c in joining):
-            return False
-        names = {(c.get("metadata") or {}).get("name") for c in seen}
-        return any((c.get("metadata") or {}).get("name") not in names and _created_age(c) < REGISTRATION_BARRIER_SECONDS
-                   and not (c.get("metadata") or {}).get("deletionTimestamp") for c in self._cache.items("NodeClaim"))
 
     def _register_concurrently(self, launched: list[dict[str, Any]], nodes: Mapping[str, dict[str, Any]]
                                ) -> set[str]:

@@ -89,6 +89,11 @@ def claim_fields(raw: Mapping[str, Any]) -> dict[str, str]:
     return fields
 
 
+def stage_fields(stages: Mapping[str, float]) -> dict[str, float]:
+    """A solve's stage times worth a log line (50 ms and more), rounded to the millisecond."""
+    return {name: round(seconds, 3) for name, seconds in stages.items() if seconds >= 0.05}
+
+
 def pod_fields(pod: Mapping[str, Any]) -> dict[str, str]:
     """``pod`` (namespace/name) and, when bound, ``node`` of a Pod (raw API object)."""
     meta = pod.get("metadata") or {}

@@ -36,7 +36,7 @@ from kubernetes import client
 from controller.batch import is_bound, is_provisionable, is_terminal, pod_key
 from controller.cache import ClusterCache
 from controller.kinds import PASSED_THROUGH
-from controller.logs import get_logger
+from controller.logs import get_logger, stage_fields
 from controller.offerings import UnavailableOfferings
 from model import labels as wk
 from model.errors import InputError
@@ -519,7 +519,7 @@ class Provisioner:
         log.info("solved batch", pods=len(batch), nodeclaims=len(plan.node_claims), cost=plan.cost.total,
                  greedy=plan.cost.greedy, lower_bound=plan.cost.lower_bound, status=plan.solver.status,
                  seconds=round(record.solve_seconds, 3), cpu_seconds=round(record.cpu_seconds, 3),
-                 stages={name: round(s, 3) for name, s in plan.solver.stages.items() if s >= 0.05})
+                 stages=stage_fields(plan.solver.stages))
         for item in plan.unschedulable:
             log.info(f"pod cannot be scheduled: {item.reason}", pod=item.pod)
         uid_of = {k: (p.get("metadata") or {}).get("uid", "") for k, p in batch.items()}
