@@ -79,6 +79,8 @@ class ColumnGenerationResult:
     reduced_cost_floor: dict[int, float] = field(default_factory=dict)
     floor_lp_value: float = 0.0
     master: MasterLP | None = None
+    #: pricing stopped at the deadline, not at a bound: the columns are what the time allowed
+    out_of_time: bool = False
 
 
 #: GLOP settings tried in turn when a solve ends ABNORMAL
@@ -363,6 +365,7 @@ def column_generation(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, ob
     #: the last heuristic round lowered the LP by less than the tolerance: price exactly next (on mixes where
     #: the heuristic fills stall, the exact rounds are what move the LP)
     stalled = False
+    priced_out = False  # an exact round found no column (converged, or no proven bound)
     while time.monotonic() < deadline and value - lower > tolerance * max(value, 1.0) \
             and value - known_bound > known_slack * max(value, 1.0):
         iterations += 1
@@ -383,10 +386,14 @@ def column_generation(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, ob
                     # time, or that was left to its fractional bound, may — then the LP value is no proven
                     # bound and the Farley bound stands in for it
                     converged = all(f >= -FLOOR_TOLERANCE for f in floors.values())
+                    priced_out = True
                     break
         last, value = value, master.solve()
         stalled = heuristic and last - value < tolerance * max(value, 1.0)
     pool.shutdown(wait=True)
+    settled = priced_out or value - lower <= tolerance * max(value, 1.0) \
+        or value - known_bound <= known_slack * max(value, 1.0)
     return ColumnGenerationResult(patterns=list(master.columns), lp_value=value, lower_bound=float(lower),
                                   converged=converged, iterations=iterations, lp_solution=master.solution(),
-                                  reduced_cost_floor=final_floors, floor_lp_value=floor_value, master=master)
+                                  reduced_cost_floor=final_floors, floor_lp_value=floor_value, master=master,
+                                  out_of_time=not settled)

@@ -44,7 +44,7 @@ STICKY = 0.03
 #: node counts a neighbourhood destroys, tried in turn
 NEIGHBOURHOODS = (4, 8, 12, 6)
 #: CP-SAT seconds one re-pack may take at most
-REPACK_SECONDS = 1.0
+REPACK_SECONDS = 0.3
 #: share of the new nodes one ``reconstruct`` step destroys, and the fewest it destroys
 RECONSTRUCT_SHARE = 0.1
 RECONSTRUCT_MIN_NODES = 24
@@ -266,10 +266,13 @@ def improve(bins: list[Bin], sizes: np.ndarray, incumbent: dict[Pattern, int], l
             break
         k = min(NEIGHBOURHOODS[iterations % len(NEIGHBOURHOODS)], len(nodes))
         iterations += 1
-        if iterations % 2:  # the worst-filled nodes (cost per unit of value), ties broken at random
+        kind = iterations % 3
+        if kind == 1:  # the worst-filled nodes (cost per unit of value), ties broken at random
             waste = [(w, rng.random(), i) for i, w in enumerate(node_waste)]
             start = rng.randrange(max(1, min(len(nodes) - k + 1, 3)))
             picked = [i for _, _, i in heapq.nlargest(start + k, waste)[start:start + k]]
+        elif kind == 2:
+            picked = _related(bins, nodes, node_waste, k, rng)
         else:
             picked = rng.sample(range(len(nodes)), k)
         destroyed = [nodes[i] for i in picked]
@@ -313,6 +316,20 @@ def improve(bins: list[Bin], sizes: np.ndarray, incumbent: dict[Pattern, int], l
     return SearchResult(chosen=chosen, improved=improved, iterations=iterations)
 
 
+def _related(bins: list[Bin], nodes: list[Pattern], waste: list[float], k: int, rng: random.Random) -> list[int]:
+    """A worst-filled node and ``k - 1`` nodes drawn among those whose pods could trade places with its own
+    (each node's bin admits the other's classes: same zone and pool where pins and selectors say so). Random
+    draws mostly pair nodes that cannot exchange pods — another zone's, a pinned class's — and re-pack nothing."""
+    worst = heapq.nlargest(min(3, len(nodes)), range(len(nodes)), key=waste.__getitem__)
+    seed = rng.choice(worst)
+    held = [np.flatnonzero(p.array()) for p in nodes]
+    mine, seed_bin = held[seed], bins[nodes[seed].bin]
+    related = [i for i, p in enumerate(nodes) if i != seed and bool(bins[p.bin].compatible[mine].all())
+               and bool(seed_bin.compatible[held[i]].all())]
+    picked = rng.sample(related, min(k - 1, len(related)))
+    return [seed, *picked]
+
+
 def reconstruct(problem: Problem, bins: list[Bin], placement: Placement, limits: dict[tuple[int, str], int],
                 deadline: float, *, seed: int, max_iterations: int | None = None) -> tuple[Placement, int, int]:
     """Large-neighbourhood search whose repair is the construction: destroy a share of the new nodes (a random
@@ -351,9 +368,12 @@ def reconstruct(problem: Problem, bins: list[Bin], placement: Placement, limits:
     while nodes and (max_iterations is None or iterations < max_iterations) and time.monotonic() < deadline - 0.05:
         iterations += 1
         k = min(max(RECONSTRUCT_MIN_NODES, int(len(nodes) * RECONSTRUCT_SHARE)), len(nodes))
-        if iterations % 2:
+        kind = iterations % 3
+        if kind == 1:
             worst = heapq.nlargest(min(2 * k, len(nodes)), range(len(nodes)), key=waste.__getitem__)
             picked = sorted(rng.sample(worst, k))
+        elif kind == 2:
+            picked = sorted(_related_nodes(problem, nodes, waste, k, rng, class_of))
         else:
             picked = sorted(rng.sample(range(len(nodes)), k))
         destroyed = [nodes[i] for i in picked]
@@ -383,6 +403,20 @@ def reconstruct(problem: Problem, bins: list[Bin], placement: Placement, limits:
     out = Placement(new_nodes=nodes, existing={e: list(pods) for e, pods in placement.existing.items()},
                     unschedulable=list(placement.unschedulable))
     return out, improved, iterations
+
+
+def _related_nodes(problem: Problem, nodes: list[NewNode], waste: list[float], k: int, rng: random.Random,
+                   class_of: dict[str, int]) -> list[int]:
+    """``_related`` for placed nodes: a worst-filled node and ``k - 1`` drawn among those whose template admits
+    its classes and whose classes its template admits."""
+    worst = heapq.nlargest(min(3, len(nodes)), range(len(nodes)), key=waste.__getitem__)
+    seed = rng.choice(worst)
+    held = [np.unique(np.fromiter((class_of[p.key] for p in node.pods), np.int64, len(node.pods))) for node in nodes]
+    ok = problem.template_ok
+    mine, seed_template = held[seed], nodes[seed].template
+    related = [i for i, node in enumerate(nodes) if i != seed and bool(ok[mine, node.template].all())
+               and bool(ok[held[i], seed_template].all())]
+    return [seed, *rng.sample(related, min(k - 1, len(related)))]
 
 
 def _ranked_bins(bins: list[Bin], sizes: np.ndarray, values: np.ndarray, demand: np.ndarray) -> list[int]:

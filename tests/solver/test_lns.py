@@ -4,6 +4,7 @@ fixed number of neighbourhoods gives the same plan."""
 
 from __future__ import annotations
 
+import random
 import time
 from typing import Any
 
@@ -13,9 +14,10 @@ from bench.diverse import diverse_objects, karpenter_benchmark_catalog, karpente
 from model.plan import ProvisioningPlan
 from model.snapshot import Snapshot
 from solver.bins import build_bins
+from solver.colgen import Objective, column_generation
 from solver.decode import decode, shrink
 from solver.greedy import greedy_placement
-from solver.lns import construct, improve, reconstruct
+from solver.lns import _related, _related_nodes, construct, improve, reconstruct
 from solver.merge import merge_classes
 from solver.placement import Placement
 from solver.problem import Problem, compile_problem
@@ -145,3 +147,45 @@ def test_construction_stops_while_the_rest_can_still_be_placed_in_time() -> None
     assert construct(bins, problem.sizes, demand, limits, time.monotonic() + 5, finish_per_unit=1.0) == {}
     whole = construct(bins, problem.sizes, demand, limits, time.monotonic() + 30, finish_per_unit=1e-4)
     assert (_covered(whole, problem) >= demand).all()
+
+
+def test_a_related_neighbourhood_takes_only_nodes_that_can_exchange_pods_with_its_first() -> None:
+    """Karpenter's diverse mix pins zone-spread and zone-affinity classes to zones before packing, so most pairs
+    of nodes cannot trade pods; a related neighbourhood is a node and some of those that can (each one's bin,
+    or template, admits the other's classes), where a random draw would mostly pair nodes of other zones."""
+    snapshot = snapshot_of(_bench(diverse_objects(300, seed=5)), catalog=karpenter_benchmark_catalog(20))
+    problem, bins, _, _ = _compiled(snapshot)
+    greedy = shrink(problem, greedy_placement(problem))
+    nodes = [p for p, n in _patterns_of(problem, bins, greedy).items() if not bins[p.bin].existing for _ in range(n)]
+    held = [np.flatnonzero(p.array()) for p in nodes]
+
+    def exchange(i: int, j: int) -> bool:
+        return bool(bins[nodes[j].bin].compatible[held[i]].all() and bins[nodes[i].bin].compatible[held[j]].all())
+
+    picked = _related(bins, nodes, [1.0] * len(nodes), 8, random.Random(1))
+    first, rest = picked[0], picked[1:]
+    assert len(rest) == 7 and len(set(picked)) == 8
+    assert all(exchange(first, j) for j in rest)
+    assert any(not exchange(first, j) for j in range(len(nodes)) if j != first)  # the draw had others to avoid
+
+    class_of = problem.class_of()
+    placed = greedy.new_nodes
+    picked = _related_nodes(problem, placed, [1.0] * len(placed), 8, random.Random(1), class_of)
+    classes = [{class_of[p.key] for p in node.pods} for node in placed]
+    ok = problem.template_ok
+    assert len(set(picked)) == len(picked) > 1
+    assert all(ok[sorted(classes[picked[0]]), placed[j].template].all()
+               and ok[sorted(classes[j]), placed[picked[0]].template].all() for j in picked[1:])
+
+
+def test_column_generation_says_when_the_time_not_the_lp_stopped_it() -> None:
+    """The dive rounds the LP; over columns the time cut short it is given less time (``_dive``): the result
+    must tell a priced-out LP from one stopped by its deadline."""
+    snapshot = snapshot_of(_bench(karpenter_generic_objects(60, seed=2)), catalog=karpenter_benchmark_catalog(12))
+    problem, bins, demand, limits = _compiled(snapshot)
+    objective = Objective(rank_weight=0, unscheduled_weight=max(b.cost for b in bins) + 1,
+                          best_rank=np.zeros(len(demand), np.int64))
+    settled = column_generation(bins, problem.sizes, demand, objective, limits, [], time.monotonic() + 60)
+    assert not settled.out_of_time
+    cut = column_generation(bins, problem.sizes, demand, objective, limits, [], time.monotonic() - 1)
+    assert cut.out_of_time and not cut.converged
