@@ -23,13 +23,14 @@ from __future__ import annotations
 import heapq
 import random
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import compress, islice
 
 import numpy as np
 
 from solver.bins import Bin
-from solver.compact import solve_compact
+from solver.compact import CompactResult, solve_compact
 from solver.cpsat import stalled
 from solver.decode import decode, pattern_order
 from solver.patterns import Pattern, complete, copies_matrix, density_order, fill_listed, greedy_pricing
@@ -231,13 +232,14 @@ class SearchResult:
 def improve(bins: list[Bin], sizes: np.ndarray, incumbent: dict[Pattern, int], limits: dict[tuple[int, str], int],
             deadline: float, *, seed: int, max_iterations: int | None = None, deterministic: bool = True,
             values: np.ndarray | None = None, good_enough: float | None = None,
-            stall: float | None = None) -> SearchResult:
+            stall: float | None = None, workers: int = 1) -> SearchResult:
     """Destroy-and-repack over ``incumbent``'s new nodes until ``deadline`` (or ``max_iterations``, or the new
     nodes cost at most ``good_enough`` micro-$/h: a plan within the caller's decision gap, or it stalls:
     ``solver.cpsat.stalled`` with ``stall`` seconds); the result is never
     dearer than the incumbent and schedules exactly the same units. ``values``: ``class_values`` when the caller
     has them. Each node's value is worked out once (10,000 greedy nodes over 4,603 classes: per iteration, that
-    was seconds)."""
+    was seconds). ``workers`` neighbourhoods, disjoint, are re-packed at a time, each by its own one-worker
+    CP-SAT (the solver releases the interpreter while it searches); every one that saves is kept."""
     rng = random.Random(seed)
     fixed = {p: n for p, n in incumbent.items() if bins[p.bin].existing}
     nodes = [p for p, n in sorted(incumbent.items(), key=lambda kv: pattern_order(kv[0]))
@@ -253,79 +255,130 @@ def improve(bins: list[Bin], sizes: np.ndarray, incumbent: dict[Pattern, int], l
 
     node_waste = [waste_of(p) for p in nodes]
 
-    new_bins = [b for b in bins if not b.existing]
-    improved = iterations = failures = 0
-    cost = sum(bins[p.bin].cost for p in nodes)
-    started = last = time.monotonic()
-    while nodes and (max_iterations is None or iterations < max_iterations):
-        now = time.monotonic()
-        left = deadline - now
-        if left <= 0.05 or (good_enough is not None and cost <= good_enough):
-            break
-        if stall is not None and stalled(started, last, now, stall):
-            break
-        k = min(NEIGHBOURHOODS[iterations % len(NEIGHBOURHOODS)], len(nodes))
-        iterations += 1
-        kind = iterations % 3
+    def pick(kind: int, k: int, taken: set[int]) -> list[int]:
+        free = [i for i in range(len(nodes)) if i not in taken]
         if kind == 1:  # the worst-filled nodes (cost per unit of value), ties broken at random
-            waste = [(w, rng.random(), i) for i, w in enumerate(node_waste)]
-            start = rng.randrange(max(1, min(len(nodes) - k + 1, 3)))
-            picked = [i for _, _, i in heapq.nlargest(start + k, waste)[start:start + k]]
-        elif kind == 2:
-            picked = _related(bins, nodes, node_waste, k, rng)
-        else:
-            picked = rng.sample(range(len(nodes)), k)
+            waste = [(node_waste[i], rng.random(), i) for i in free]
+            start = rng.randrange(max(1, min(len(free) - k + 1, 3)))
+            return [i for _, _, i in heapq.nlargest(start + k, waste)[start:start + k]]
+        if kind == 2:
+            return _related(bins, nodes, node_waste, k, rng, taken)
+        return rng.sample(free, k)
+
+    def repack(picked: list[int], number: int, left: float) -> tuple[list[int], int, CompactResult]:
         destroyed = [nodes[i] for i in picked]
         freed = np.sum([p.array() for p in destroyed], axis=0)
         old_cost = sum(bins[p.bin].cost for p in destroyed)
         gone = set(picked)
-        kept = [p for i, p in enumerate(nodes) if i not in gone]
         room = dict(limits)
         if room:
-            for p in kept:
+            for p in (p for i, p in enumerate(nodes) if i not in gone):
                 for (pool, name) in room:
                     if bins[p.bin].pool_index == pool:
                         room[pool, name] -= bins[p.bin].limit_use.get(name, 0)
         slots: dict[int, int] = {}
         for p in destroyed:
             slots[p.bin] = slots.get(p.bin, 0) + 1
-        ranked = _ranked_bins(new_bins, sizes, values, freed)
-        for b in ranked[:4]:
-            slots[b] = max(slots.get(b, 0), min(k, 2))
+        for b in _ranked_bins(new_bins, sizes, values, freed)[:4]:
+            slots[b] = max(slots.get(b, 0), min(len(picked), 2))
         hint: dict[Pattern, int] = {}
         for p in destroyed:
             hint[p] = hint.get(p, 0) + 1
-        result = solve_compact(bins, sizes, freed, room, slots, time_limit=min(REPACK_SECONDS, 0.5 * left),
-                               seed=seed + iterations, workers=1, deterministic=deterministic, cost_below=old_cost,
-                               hint=hint)
-        if result.chosen is None or result.cost is None or result.cost >= old_cost:
-            failures += 1
-            if len(nodes) <= max(NEIGHBOURHOODS) and failures >= 2 * len(NEIGHBOURHOODS):
+        return picked, old_cost, solve_compact(
+            bins, sizes, freed, room, slots, time_limit=min(REPACK_SECONDS, 0.5 * left), seed=seed + number,
+            workers=1, deterministic=deterministic, cost_below=old_cost, hint=hint)
+
+    new_bins = [b for b in bins if not b.existing]
+    improved = iterations = failures = 0
+    cost = sum(bins[p.bin].cost for p in nodes)
+    started = last = time.monotonic()
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lns") if workers > 1 else None
+    try:
+        while nodes and (max_iterations is None or iterations < max_iterations):
+            now = time.monotonic()
+            left = deadline - now
+            if left <= 0.05 or (good_enough is not None and cost <= good_enough):
+                break
+            if stall is not None and stalled(started, last, now, stall):
+                break
+            taken: set[int] = set()
+            jobs: list[tuple[list[int], int]] = []
+            for _ in range(max(workers, 1)):
+                k = min(NEIGHBOURHOODS[iterations % len(NEIGHBOURHOODS)], len(nodes) - len(taken))
+                if (jobs and k < 2) or k < 1 or (max_iterations is not None and iterations >= max_iterations):
+                    break
+                iterations += 1
+                picked = pick(iterations % 3, k, taken)
+                taken.update(picked)
+                jobs.append((picked, iterations))
+            if pool is None or len(jobs) == 1:
+                outcomes = [repack(picked, number, left) for picked, number in jobs]
+            else:
+                outcomes = list(pool.map(repack, [p for p, _ in jobs], [n for _, n in jobs], [left] * len(jobs)))
+            kept = _kept_repacks(bins, limits, nodes, outcomes)
+            failures = 0 if kept else failures + len(outcomes)
+            gone = {i for picked, _, _ in kept for i in picked}
+            added = [p for _, new, _ in kept for p in new]
+            improved += len(kept)
+            cost -= sum(saving for _, _, saving in kept)
+            if gone:
+                last = time.monotonic()
+                node_waste = [w for i, w in enumerate(node_waste) if i not in gone] + [waste_of(p) for p in added]
+                nodes = [p for i, p in enumerate(nodes) if i not in gone] + added
+            elif len(nodes) <= max(NEIGHBOURHOODS) and failures >= 2 * len(NEIGHBOURHOODS):
                 break  # the neighbourhoods already span the whole plan: nothing left to find
-            continue
-        failures = 0
-        improved += 1
-        last = time.monotonic()
-        cost += result.cost - old_cost
-        added = [p for p, n in sorted(result.chosen.items(), key=lambda kv: pattern_order(kv[0])) for _ in range(n)]
-        node_waste = [w for i, w in enumerate(node_waste) if i not in gone] + [waste_of(p) for p in added]
-        nodes = kept + added
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
     chosen = dict(fixed)
     for p in nodes:
         chosen[p] = chosen.get(p, 0) + 1
     return SearchResult(chosen=chosen, improved=improved, iterations=iterations)
 
 
-def _related(bins: list[Bin], nodes: list[Pattern], waste: list[float], k: int, rng: random.Random) -> list[int]:
+def _kept_repacks(bins: list[Bin], limits: dict[tuple[int, str], int], nodes: list[Pattern],
+                  outcomes: list[tuple[list[int], int, CompactResult]]) -> list[tuple[list[int], list[Pattern], int]]:
+    """The re-packs of one round that are kept, in order: (destroyed positions, new nodes, saving). A re-pack is
+    kept when it is cheaper than the nodes it destroyed and, beside those kept before it, the plan still fits
+    the NodePool limits (each was solved beside the others' old nodes: two that grow could not both fit)."""
+    kept: list[tuple[list[int], list[Pattern], int]] = []
+    gone: set[int] = set()
+    for picked, old_cost, result in outcomes:
+        if result.chosen is None or result.cost is None or result.cost >= old_cost:
+            continue
+        new = [p for p, n in sorted(result.chosen.items(), key=lambda kv: pattern_order(kv[0])) for _ in range(n)]
+        if limits and kept:
+            after = [p for i, p in enumerate(nodes) if i not in gone and i not in picked]
+            if not _within_limits(bins, limits, after + [p for _, added, _ in kept for p in added] + new):
+                continue
+        kept.append((picked, new, old_cost - result.cost))
+        gone.update(picked)
+    return kept
+
+
+def _within_limits(bins: list[Bin], limits: dict[tuple[int, str], int], nodes: list[Pattern]) -> bool:
+    """Do ``nodes`` together stay within the NodePool ``limits`` left for new nodes?"""
+    used = dict.fromkeys(limits, 0)
+    for p in nodes:
+        b = bins[p.bin]
+        for (pool, name) in used:
+            if b.pool_index == pool:
+                used[pool, name] += b.limit_use.get(name, 0)
+    return all(used[key] <= left for key, left in limits.items())
+
+
+def _related(bins: list[Bin], nodes: list[Pattern], waste: list[float], k: int, rng: random.Random,
+             taken: set[int] | None = None) -> list[int]:
     """A worst-filled node and ``k - 1`` nodes drawn among those whose pods could trade places with its own
     (each node's bin admits the other's classes: same zone and pool where pins and selectors say so). Random
     draws mostly pair nodes that cannot exchange pods — another zone's, a pinned class's — and re-pack nothing."""
-    worst = heapq.nlargest(min(3, len(nodes)), range(len(nodes)), key=waste.__getitem__)
+    taken = taken or set()
+    free = [i for i in range(len(nodes)) if i not in taken]
+    worst = heapq.nlargest(min(3, len(free)), free, key=waste.__getitem__)
     seed = rng.choice(worst)
-    held = [np.flatnonzero(p.array()) for p in nodes]
-    mine, seed_bin = held[seed], bins[nodes[seed].bin]
-    related = [i for i, p in enumerate(nodes) if i != seed and bool(bins[p.bin].compatible[mine].all())
-               and bool(seed_bin.compatible[held[i]].all())]
+    mine, seed_bin = np.flatnonzero(nodes[seed].array()), bins[nodes[seed].bin]
+    related = [i for i in free if i != seed and bool(bins[nodes[i].bin].compatible[mine].all())
+               and bool(seed_bin.compatible[np.flatnonzero(nodes[i].array())].all())]
     picked = rng.sample(related, min(k - 1, len(related)))
     return [seed, *picked]
 

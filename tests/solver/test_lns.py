@@ -13,12 +13,14 @@ import numpy as np
 from bench.diverse import diverse_objects, karpenter_benchmark_catalog, karpenter_generic_objects
 from model.plan import ProvisioningPlan
 from model.snapshot import Snapshot
-from solver.bins import build_bins
+from solver.bins import Bin, build_bins
 from solver.colgen import Objective, column_generation
+from solver.compact import CompactResult
 from solver.decode import decode, shrink
 from solver.greedy import greedy_placement
-from solver.lns import _related, _related_nodes, construct, improve, reconstruct
+from solver.lns import _kept_repacks, _related, _related_nodes, construct, improve, reconstruct
 from solver.merge import merge_classes
+from solver.patterns import Pattern
 from solver.placement import Placement
 from solver.problem import Problem, compile_problem
 from solver.provision import SolveOptions, _limits, _patterns_of, _Stats, placeable_demand, to_plan
@@ -189,3 +191,49 @@ def test_column_generation_says_when_the_time_not_the_lp_stopped_it() -> None:
     assert not settled.out_of_time
     cut = column_generation(bins, problem.sizes, demand, objective, limits, [], time.monotonic() - 1)
     assert cut.out_of_time and not cut.converged
+
+
+def test_neighbourhoods_searched_side_by_side_keep_every_pod_the_limits_and_the_seed() -> None:
+    """Two disjoint neighbourhoods re-packed at a time (``workers=2``): each fits the NodePool's cpu limit beside
+    the other's old nodes, and both are kept only if they fit it together — here the limit is what greedy's plan
+    uses, so no two re-packs may both grow. The same pods stay scheduled, the verifier (which reads the limits)
+    accepts the plan, it is no dearer, and a fixed seed gives the same plan again."""
+    objects = _bench(karpenter_generic_objects(240, seed=6))
+    snapshot = snapshot_of(objects, catalog=karpenter_benchmark_catalog(20))
+    problem, bins, _, _ = _compiled(snapshot)
+    greedy = shrink(problem, greedy_placement(problem))
+    millis = sum(problem.templates[n.template].instance_type.capacity["cpu"] for n in greedy.new_nodes)
+    for obj in objects:
+        if obj.get("kind") == "NodePool":
+            obj["spec"]["limits"]["cpu"] = f"{millis}m"
+    snapshot = snapshot_of(objects, catalog=karpenter_benchmark_catalog(20))
+    problem, bins, _, limits = _compiled(snapshot)
+    assert limits  # the cpu limit is in the model
+    incumbent = _patterns_of(problem, bins, shrink(problem, greedy_placement(problem)))
+    before = sum(bins[p.bin].cost * n for p, n in incumbent.items())
+    runs = [improve(bins, problem.sizes, incumbent, limits, time.monotonic() + 60, seed=4, max_iterations=12,
+                    workers=2) for _ in range(2)]
+    result = runs[0]
+    assert result.iterations == 12 and result.improved >= 1
+    assert (_covered(result.chosen, problem) == _covered(incumbent, problem)).all()
+    assert _verified_cost(snapshot, problem, bins, result.chosen) < before
+    assert runs[1].chosen == result.chosen
+
+
+def test_of_two_re_packs_that_each_fit_the_limit_only_together_too_large_the_second_is_dropped() -> None:
+    """Re-packs searched side by side are each solved beside the other's old nodes: a NodePool cpu limit of 10
+    with four 2-cpu nodes in use leaves room to swap one of them for a cheaper 4-cpu node, not two."""
+    def bin_(index: int, cost: int, cpu: int) -> Bin:
+        return Bin(index=index, existing=False, members=[index], capacity=np.array([cpu * 1000]), cost=cost,
+                   count=None, pool_index=0, limit_use={"cpu": cpu * 1000}, compatible=np.array([True]), rank=0,
+                   preference=np.array([0]))
+
+    bins = [bin_(0, 10, 2), bin_(1, 9, 4)]
+    limits = {(0, "cpu"): 10_000}
+    nodes = [Pattern(0, (1,))] * 4
+    swap = CompactResult(status="OPTIMAL", chosen={Pattern(1, (1,)): 1}, cost=9)
+    kept = _kept_repacks(bins, limits, nodes, [([0], 10, swap), ([1], 10, swap)])
+    assert [(picked, saving) for picked, _, saving in kept] == [([0], 1)]
+    # without the limit both are kept; one that saves nothing is never kept
+    assert len(_kept_repacks(bins, {}, nodes, [([0], 10, swap), ([1], 10, swap)])) == 2
+    assert _kept_repacks(bins, {}, nodes, [([0], 9, swap)]) == []
