@@ -9,10 +9,10 @@ generation then never reaches a plan. Two cheap stages keep the answer better th
   often as the remaining demand allows. One pass over the classes, not the pods: milliseconds at 20,000
   pods.
 * ``improve`` — large-neighbourhood search over an incumbent given as patterns: destroy a few new nodes
-  (the worst filled, or a random few), re-pack their pods exactly with the compact slot model
-  (``solver.compact``) over the destroyed nodes' bins and the best few others, and keep the result only
-  when it is strictly cheaper. Existing nodes are never destroyed; NodePool limits are what the kept
-  nodes leave.
+  (the worst filled, a random few, or a worst-filled node and nodes that could trade pods with it), re-pack
+  their pods exactly with the compact slot model (``solver.compact``) over the destroyed nodes' bins and the
+  best few others, and keep the result only when it is strictly cheaper; one disjoint neighbourhood per
+  worker at a time. Existing nodes are never destroyed; NodePool limits are what the kept nodes leave.
 
 Both work on the compiled matrices (capacities include the per-node counters and admission is
 ``Bin.compatible``), so every plan they return is a plan of the same model the other stages solve.
@@ -23,6 +23,7 @@ from __future__ import annotations
 import heapq
 import random
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import compress, islice
@@ -369,18 +370,22 @@ def _within_limits(bins: list[Bin], limits: dict[tuple[int, str], int], nodes: l
 
 def _related(bins: list[Bin], nodes: list[Pattern], waste: list[float], k: int, rng: random.Random,
              taken: set[int] | None = None) -> list[int]:
-    """A worst-filled node and ``k - 1`` nodes drawn among those whose pods could trade places with its own
-    (each node's bin admits the other's classes: same zone and pool where pins and selectors say so). Random
-    draws mostly pair nodes that cannot exchange pods — another zone's, a pinned class's — and re-pack nothing."""
-    taken = taken or set()
-    free = [i for i in range(len(nodes)) if i not in taken]
-    worst = heapq.nlargest(min(3, len(free)), free, key=waste.__getitem__)
-    seed = rng.choice(worst)
-    mine, seed_bin = np.flatnonzero(nodes[seed].array()), bins[nodes[seed].bin]
-    related = [i for i in free if i != seed and bool(bins[nodes[i].bin].compatible[mine].all())
-               and bool(seed_bin.compatible[np.flatnonzero(nodes[i].array())].all())]
-    picked = rng.sample(related, min(k - 1, len(related)))
-    return [seed, *picked]
+    """``_related_draw`` over patterns: a node's bin admits the other's classes."""
+    held = [np.flatnonzero(p.array()) for p in nodes]
+    return _related_draw(held, lambda i, classes: bool(bins[nodes[i].bin].compatible[classes].all()), waste, k, rng,
+                         taken or set())
+
+
+def _related_draw(held: list[np.ndarray], admits: Callable[[int, np.ndarray], bool], waste: list[float], k: int,
+                  rng: random.Random, taken: set[int]) -> list[int]:
+    """One of the three worst-filled nodes not ``taken`` and ``k - 1`` drawn among the others whose pods could
+    trade places with its own: each admits the other's classes (``held[i]``; ``admits(i, classes)``), i.e. the
+    same zone and pool where pins and selectors say so. Random draws mostly pair nodes that cannot exchange pods
+    — another zone's, a pinned class's — and re-pack nothing."""
+    free = [i for i in range(len(held)) if i not in taken]
+    seed = rng.choice(heapq.nlargest(min(3, len(free)), free, key=waste.__getitem__))
+    related = [i for i in free if i != seed and admits(i, held[seed]) and admits(seed, held[i])]
+    return [seed, *rng.sample(related, min(k - 1, len(related)))]
 
 
 def reconstruct(problem: Problem, bins: list[Bin], placement: Placement, limits: dict[tuple[int, str], int],
@@ -460,16 +465,10 @@ def reconstruct(problem: Problem, bins: list[Bin], placement: Placement, limits:
 
 def _related_nodes(problem: Problem, nodes: list[NewNode], waste: list[float], k: int, rng: random.Random,
                    class_of: dict[str, int]) -> list[int]:
-    """``_related`` for placed nodes: a worst-filled node and ``k - 1`` drawn among those whose template admits
-    its classes and whose classes its template admits."""
-    worst = heapq.nlargest(min(3, len(nodes)), range(len(nodes)), key=waste.__getitem__)
-    seed = rng.choice(worst)
+    """``_related_draw`` over placed nodes: a node's template admits the other's classes."""
     held = [np.unique(np.fromiter((class_of[p.key] for p in node.pods), np.int64, len(node.pods))) for node in nodes]
     ok = problem.template_ok
-    mine, seed_template = held[seed], nodes[seed].template
-    related = [i for i, node in enumerate(nodes) if i != seed and bool(ok[mine, node.template].all())
-               and bool(ok[held[i], seed_template].all())]
-    return [seed, *rng.sample(related, min(k - 1, len(related)))]
+    return _related_draw(held, lambda i, classes: bool(ok[classes, nodes[i].template].all()), waste, k, rng, set())
 
 
 def _ranked_bins(bins: list[Bin], sizes: np.ndarray, values: np.ndarray, demand: np.ndarray) -> list[int]:
