@@ -366,8 +366,12 @@ def column_generation(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, ob
     #: the heuristic fills stall, the exact rounds are what move the LP)
     stalled = False
     priced_out = False  # an exact round found no column (converged, or no proven bound)
-    while time.monotonic() < deadline and value - lower > tolerance * max(value, 1.0) \
-            and value - known_bound > known_slack * max(value, 1.0):
+
+    def bounded() -> bool:
+        """Is the LP within the tolerance of its own bound, or within the slack of the caller's?"""
+        return value - lower <= tolerance * max(value, 1.0) or value - known_bound <= known_slack * max(value, 1.0)
+
+    while time.monotonic() < deadline and not bounded():
         iterations += 1
         pi, mu, lam = master.duals()
         added = 0 if stalled else master.price_greedily(bins, sizes, deadline)
@@ -391,9 +395,7 @@ def column_generation(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, ob
         last, value = value, master.solve()
         stalled = heuristic and last - value < tolerance * max(value, 1.0)
     pool.shutdown(wait=True)
-    settled = priced_out or value - lower <= tolerance * max(value, 1.0) \
-        or value - known_bound <= known_slack * max(value, 1.0)
     return ColumnGenerationResult(patterns=list(master.columns), lp_value=value, lower_bound=float(lower),
                                   converged=converged, iterations=iterations, lp_solution=master.solution(),
                                   reduced_cost_floor=final_floors, floor_lp_value=floor_value, master=master,
-                                  out_of_time=not settled)
+                                  out_of_time=not (priced_out or bounded()))

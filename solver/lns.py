@@ -271,12 +271,8 @@ def improve(bins: list[Bin], sizes: np.ndarray, incumbent: dict[Pattern, int], l
         freed = np.sum([p.array() for p in destroyed], axis=0)
         old_cost = sum(bins[p.bin].cost for p in destroyed)
         gone = set(picked)
-        room = dict(limits)
-        if room:
-            for p in (p for i, p in enumerate(nodes) if i not in gone):
-                for (pool, name) in room:
-                    if bins[p.bin].pool_index == pool:
-                        room[pool, name] -= bins[p.bin].limit_use.get(name, 0)
+        used = _limit_use(bins, limits, [p for i, p in enumerate(nodes) if i not in gone]) if limits else {}
+        room = {key: left - used[key] for key, left in limits.items()}
         slots: dict[int, int] = {}
         for p in destroyed:
             slots[p.bin] = slots.get(p.bin, 0) + 1
@@ -359,13 +355,19 @@ def _kept_repacks(bins: list[Bin], limits: dict[tuple[int, str], int], nodes: li
 
 def _within_limits(bins: list[Bin], limits: dict[tuple[int, str], int], nodes: list[Pattern]) -> bool:
     """Do ``nodes`` together stay within the NodePool ``limits`` left for new nodes?"""
+    used = _limit_use(bins, limits, nodes)
+    return all(used[key] <= left for key, left in limits.items())
+
+
+def _limit_use(bins: list[Bin], limits: dict[tuple[int, str], int], nodes: list[Pattern]) -> dict[tuple[int, str], int]:
+    """What ``nodes`` count against each limited (NodePool, resource)."""
     used = dict.fromkeys(limits, 0)
     for p in nodes:
         b = bins[p.bin]
         for (pool, name) in used:
             if b.pool_index == pool:
                 used[pool, name] += b.limit_use.get(name, 0)
-    return all(used[key] <= left for key, left in limits.items())
+    return used
 
 
 def _related(bins: list[Bin], nodes: list[Pattern], waste: list[float], k: int, rng: random.Random,
