@@ -31,7 +31,7 @@ from solver.disruption.candidates import ClusterState, NodeState
 from solver.disruption.drain import drain_first
 from solver.disruption.lns import Incumbent, Search, SearchReport
 from solver.disruption.model import Model, Pattern, fill_patterns, finish, fits, onto_existing, patterns_from
-from solver.disruption.moves import movable_copy, solver_snapshot
+from solver.disruption.moves import movable_copies, solver_snapshot
 from solver.disruption.target import Target, budget_step, lifted, portable, restore
 from solver.disruption.yardstick import Decision, Yardstick
 from solver.placement import Placement
@@ -242,7 +242,7 @@ def compile_candidates(snapshot: Snapshot, state: ClusterState) -> Compiled:
     """The shortlist (``_shortlist``) and its pods compiled against the whole cluster."""
     candidates = _shortlist(state)
     nodes, raw = {n.name: n for n in snapshot.nodes}, list(snapshot.raw_objects)
-    copies = [c for s in candidates for c in (movable_copy(p, nodes[s.name], raw) for p in s.pods)
+    copies = [c for c in movable_copies(((nodes[s.name], s.pods) for s in candidates), raw)
               if c.pending and not c.daemon and not c.scheduling_gated]  # as Snapshot.pending_pods
     problem = compile_problem(snapshot.model_copy(update={"pods": tuple(p for p in snapshot.pods if p.node_name)}),
                               pods=copies)

@@ -27,11 +27,16 @@ def unbound(pod: Pod, raw: list) -> Pod:  # type: ignore[type-arg]
                                                   "claim_statuses": ()}), raw)
 
 
-def movable_copy(pod: Pod, node: Node, raw: list) -> Pod:  # type: ignore[type-arg]
+def _pins(pod: Pod, node: Node) -> dict[str, str]:
+    """The node's value of every topology key other than the hostname that the pod's rules name."""
     terms = pod.topology_spread + pod.pod_affinity + pod.pod_anti_affinity
-    pins = {t.topology_key: node.labels[t.topology_key] for t in terms
+    return {t.topology_key: node.labels[t.topology_key] for t in terms
             if t.topology_key != HOSTNAME and t.topology_key in node.labels}
+
+
+def movable_copy(pod: Pod, node: Node, raw: list) -> Pod:  # type: ignore[type-arg]
     copy = unbound(pod, raw)
+    pins = _pins(pod, node)
     if not pins:
         return copy
     return copy.model_copy(update={
@@ -40,6 +45,24 @@ def movable_copy(pod: Pod, node: Node, raw: list) -> Pod:  # type: ignore[type-a
         "pod_affinity": tuple(t for t in pod.pod_affinity if t.topology_key == HOSTNAME),
         "pod_anti_affinity": tuple(t for t in pod.pod_anti_affinity if t.topology_key == HOSTNAME),
     })
+
+
+def movable_copies(removed: Iterable[tuple[Node, Iterable[Pod]]], raw: list) -> list[Pod]:  # type: ignore[type-arg]
+    """``movable_copy`` of every pod of every (node, pods), replicas sharing one copied shape per original
+    shape and pins: the solver then works out classes and node requirements once per shape, not per pod (at
+    5,000 nodes, 30,000 copies). A pod with volume claims resolves its own (its claims are its own)."""
+    shapes: dict[tuple[int, tuple[tuple[str, str], ...]], tuple[Pod, Pod]] = {}
+    out = []
+    for node, pods in removed:
+        for pod in pods:
+            if pod.volume_claims:
+                out.append(movable_copy(pod, node, raw))
+                continue
+            key = (id(pod.shape), tuple(sorted(_pins(pod, node).items())))
+            if key not in shapes:  # the original is kept with its copy: its shape's id stays its own
+                shapes[key] = (pod, movable_copy(pod, node, raw))
+            out.append(pod.model_copy(update={"node_name": "", "shape": shapes[key][1].shape}))
+    return out
 
 
 def _without(snapshot: Snapshot, removed: Collection[str], moved: Iterable[Pod]) -> Snapshot:
@@ -54,9 +77,8 @@ def solver_snapshot(snapshot: Snapshot, removed: dict[str, list[Pod]]) -> Snapsh
     """What the solver packs: ``removed`` maps node name → its evictable pods, which come back as movable
     copies."""
     nodes = {n.name: n for n in snapshot.nodes}
-    raw = list(snapshot.raw_objects)
     return _without(snapshot, removed.keys(),
-                    [movable_copy(p, nodes[name], raw) for name, pods in removed.items() for p in pods])
+                    movable_copies(((nodes[name], pods) for name, pods in removed.items()), list(snapshot.raw_objects)))
 
 
 def final_snapshot(snapshot: Snapshot, removed: dict[str, list[Pod]]) -> Snapshot:
