@@ -243,7 +243,8 @@ class GreedyScheduler:
         #: per in-flight claim (column): its largest candidate's allocatable less its requests, axis by axis (one
         #: contiguous row per axis: a pod's fit test reads only the axes it uses, over every claim at once)
         self.room = np.zeros((len(problem.axes), 0), dtype=np.int64)
-        #: class → claims none of whose remaining candidates admits it (candidates only narrow: only grows)
+        #: class → claims none of whose remaining candidates admits and holds one more of its pods (requests
+        #: only grow, candidates only narrow: only grows)
         self.refuses: dict[int, set[int]] = {}
         self._axes: dict[int, list[int]] = {}
         #: ``template_alloc`` one contiguous row per axis: a test reads only the axes a class uses
@@ -311,11 +312,11 @@ class GreedyScheduler:
                 claim.admits.add(c)
             if c in claim.admits:
                 return cand
-        # every candidate already holds the claim's requests: only the axes this pod adds to can rule one out
-        keep = self.p.template_ok[c, cand] & self._templates_hold(cand, c, total)
+        admitting = cand[self.p.template_ok[c, cand]]
         if prefer:
-            keep &= self.p.template_heaviest[c, cand]
-        narrowed: np.ndarray = cand[keep]
+            admitting = admitting[self.p.template_heaviest[c, admitting]]
+        # every candidate already holds the claim's requests: only the axes this pod adds to can rule one out
+        narrowed: np.ndarray = admitting[self._templates_hold(admitting, c, total)] if len(admitting) else admitting
         return narrowed
 
     def _new_claim(self, c: int, size: np.ndarray, order: int, prefer: bool, claims: Claims) -> _Claim | None:
@@ -388,6 +389,9 @@ class GreedyScheduler:
         claims: list[_Claim] = []
         placed_bundles: set[int] = set()
         classes = [self.class_of[pod.key] for pod in queue]
+        members: dict[int, list[Pod]] = {}  # each class's pods in queue order (a bundle is placed whole)
+        for pod, c in zip(queue, classes, strict=True):
+            members.setdefault(c, []).append(pod)
         start = 0
         while start < len(queue):
             c = classes[start]
@@ -397,7 +401,7 @@ class GreedyScheduler:
             if end - start > 1 and self.batch_runs and self._runs_alone(c):
                 self._place_run(queue[start:end], c, claims, placement)
             else:
-                self._place_each(queue[start:end], c, queue, claims, placement, placed_bundles)
+                self._place_each(queue[start:end], c, members[c], claims, placement, placed_bundles)
             start = end
         for claim in claims:
             placement.new_nodes.append(NewNode(template=self._cheapest(claim.candidates), pods=claim.pods))
@@ -483,7 +487,7 @@ class GreedyScheduler:
         assert most is not None  # every pod uses the ``pods`` axis
         return max(int(most.max()), 0)
 
-    def _place_each(self, pods: list[Pod], c: int, queue: list[Pod], claims: list[_Claim], placement: Placement,
+    def _place_each(self, pods: list[Pod], c: int, members: list[Pod], claims: list[_Claim], placement: Placement,
                     placed_bundles: set[int]) -> None:
         """Pods of one class placed one at a time, Karpenter's loop as it is."""
         for pod in pods:
@@ -492,7 +496,7 @@ class GreedyScheduler:
                 if c in placed_bundles:
                     continue
                 placed_bundles.add(c)
-                group = [p for p in queue if self.class_of[p.key] == c]
+                group = members
             # Karpenter tries the heaviest preferred node-affinity term as if required, then relaxes it
             attempts = (True, False) if pod.preferred_terms else (False,)
             if not any(self._place(group, c, claims, placement, prefer) for prefer in attempts):
@@ -518,6 +522,11 @@ class GreedyScheduler:
                 claim = claims[i]
                 total = claim.requests + size
                 narrowed = self._narrow(claim, c, total, prefer)
+                if not prefer and not len(narrowed):
+                    # no candidate admits and holds one more pod of the class: requests only grow and
+                    # candidates only narrow, so none ever will (its devices are the pod's own question)
+                    self.refuses.setdefault(c, set()).add(i)
+                    continue
                 if len(narrowed) and wanted:
                     assert self.devices is not None
                     narrowed, taken = self.devices.on_types(wanted, narrowed, claim.devices, f"greedy-{claim.order}")
@@ -528,8 +537,6 @@ class GreedyScheduler:
                     claim.candidates, claim.requests = narrowed, total
                     self._record(i, claim, pods, changed)
                     return True
-                if not prefer and not self.p.template_ok[c, claim.candidates].any():
-                    self.refuses.setdefault(c, set()).add(i)
         new_claim = self._new_claim(c, size, n, prefer, wanted)
         if new_claim is None:
             return False

@@ -406,8 +406,14 @@ class ResourceClaims(Rule):
         closed = problem.closed_because.setdefault(NAME, {})
         axes = [j for j, axis in enumerate(problem.axes) if axis.split(":", 1)[0] in self.counter_names]
         for c, demand in analysis.demands.items():
+            # templates of one instance type share one _Node (every zone and capacity type): judged once
+            refusals: dict[int, str] = {}
             for t, node in enumerate(analysis.template_nodes):
-                if problem.template_ok[c, t] and (why := analysis.refusal(c, demand, node)):
+                if not problem.template_ok[c, t]:
+                    continue
+                if id(node) not in refusals:
+                    refusals[id(node)] = analysis.refusal(c, demand, node)
+                if why := refusals[id(node)]:
                     problem.template_ok[c, t] = False
                     closed.setdefault(c, why)
             for e, node in enumerate(analysis.existing_nodes):
