@@ -104,13 +104,16 @@ class Lifecycle:
         launched = [c for c in claims if _true(c, "Launched") and not _true(c, "Registered")]
         self._registration_ready = self._may_register(claims, launched, nodes)
         if self.nominate and self._registration_ready:
-            self._settle_nominations([c for c in launched if claim_node_name(c) in nodes])
-            # the barrier once more, over the claims as they are now: one the provisioner created while these were
-            # nominated registers with them, on a later pass — its pods have no nomination yet, and this untaint
-            # would hand them the room left on these nodes (a 29-pod batch created 0.3 s into a 207-pod batch's
-            # nominations found 22 of its pods bound there)
-            now = [c for c in self._cache.items("NodeClaim") if not (c.get("metadata") or {}).get("deletionTimestamp")]
-            self._registration_ready = self._may_register(now, launched, nodes)
+            def barrier() -> bool:
+                # the barrier once more, over the claims as they are now: one the provisioner created while these
+                # were nominated registers with them, on a later pass — its pods have no nomination yet, and this
+                # untaint would hand them the room left on these nodes (a 29-pod batch created 0.3 s into a
+                # 207-pod batch's nominations found 22 of its pods bound there)
+                now = [c for c in self._cache.items("NodeClaim")
+                       if not (c.get("metadata") or {}).get("deletionTimestamp")]
+                return self._may_register(now, launched, nodes)
+            self._registration_ready = self._settle_nominations(
+                [c for c in launched if claim_node_name(c) in nodes], barrier) and barrier()
         registered = self._register_concurrently(launched, nodes) if self._registration_ready else set()
         writes += len(registered)
         for raw in claims:
@@ -256,7 +259,7 @@ class Lifecycle:
                  provider_id=status.provider_id, instance_type=result.metadata.labels.get(wk.INSTANCE_TYPE, ""))
         return 1
 
-    def _settle_nominations(self, joining: list[dict[str, Any]]) -> None:
+    def _settle_nominations(self, joining: list[dict[str, Any]], barrier: Callable[[], bool]) -> bool:
         """Nominate the pending pods of every claim about to register to its node, right before the untaint, so
         that the cycles the untaint starts see every planned pod nominated: it is tried on its node first, and
         other pods of equal or lower priority find its room taken. kube-scheduler 1.36.3 clears a pod's nomination
@@ -266,10 +269,14 @@ class Lifecycle:
         (no change seen through the watch for ``NOMINATION_QUIET_SECONDS``, at most ``NOMINATION_QUIET_WAIT``):
         the scheduler is then no longer retrying them after the nodes were added. The untaint waits (at most
         ``NOMINATION_SEEN_WAIT``) until the watch shows the nominations — the scheduler's informer sees them about
-        as soon — and what was cleared meanwhile is written once more."""
+        as soon — and what was cleared meanwhile is written once more. Nothing is written when ``barrier`` (may
+        the nodes register now?) turns false during the quiet wait: a nomination that waits through another
+        batch's launch is cleared by every cycle that batch's joining nodes start, and the pod retried with it gone
+        binds wherever the scheduler scores best (one such wait left 95 aws-like pods off their planned nodes).
+        Returns whether the nodes may register."""
         uids = [uid for raw in joining for uid in planned_pod_uids(raw)]
         if not any(uid in self._unbound for uid in uids):
-            return
+            return True
         started = last_change = time.monotonic()
         versions = {uid: self._version(uid) for uid in uids}
         while time.monotonic() - last_change < NOMINATION_QUIET_SECONDS:
@@ -281,6 +288,9 @@ class Lifecycle:
             if now_versions != versions:
                 versions, last_change = now_versions, time.monotonic()
         quiet = time.monotonic()
+        if not barrier():
+            log.info("nominations held back: another NodeClaim is still launching", nodeclaims=len(joining))
+            return False
         # last-updated first: among pods of equal priority the scheduler retries first the one whose last attempt
         # failed earliest (its queue orders by that time), and a failed attempt is the pod's last update here; so
         # if a clear requeues them all, those it reaches first were nominated last and spent the least time exposed
@@ -295,6 +305,7 @@ class Lifecycle:
         log.info(f"nominated {written} pending pod(s) ({again} again) {quiet - started:.2f}s after the pods were "
                  f"quiet{'' if quiet - started < NOMINATION_QUIET_WAIT else ' (not quiet: waited enough)'}, "
                  f"untainting {time.monotonic() - quiet:.2f}s later", nodeclaims=len(joining))
+        return True
 
     def _version(self, uid: str) -> str:
         """The resourceVersion of pending pod ``uid`` as the cache holds it ("" once bound or gone)."""

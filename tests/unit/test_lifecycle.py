@@ -162,33 +162,67 @@ def test_registration_waits_for_a_claim_about_to_launch() -> None:
     assert sorted(args[0] for kind, args in recorder.calls if kind == "patch_node") == ["c1", "c2"]
 
 
-def test_a_claim_created_while_the_pods_are_nominated_registers_with_the_others() -> None:
-    """The provisioner may create a claim while the joining claims' pods are being nominated: untainting then
-    would hand its pods, not yet nominated, the room left on the joining nodes. Those nodes wait for it, and
-    register with it once its node is Ready."""
-    import threading
+def _new_claim(cache: ClusterCache) -> None:
+    """A new batch's claim, just created by the provisioner (not launched yet)."""
     from datetime import UTC, datetime
 
-    lifecycle, cache, recorder = launched_and_ready()
+    created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    cache.upsert("NodeClaim", {"metadata": {"name": "c2", "uid": "c2-uid", "resourceVersion": "5",
+                                            "creationTimestamp": created, "annotations": {PODS_ANNOTATION: "[]"}}})
 
-    def provisioner() -> None:  # a new batch's claim, created 0.1 s into the nominations
-        time.sleep(0.1)
-        created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        cache.upsert("NodeClaim", {"metadata": {"name": "c2", "uid": "c2-uid", "resourceVersion": "5",
-                                                "creationTimestamp": created, "annotations": {PODS_ANNOTATION: "[]"}}})
 
-    thread = threading.Thread(target=provisioner)
-    thread.start()
-    lifecycle.reconcile_all()
-    thread.join()
-    assert ("nominate", "u1") in [(kind, args[1]) for kind, args in recorder.calls if kind == "nominate"]
-    assert not any(kind == "patch_node" for kind, _ in recorder.calls)  # c1 waits for c2
+def _registers_with_c2(lifecycle: Lifecycle, cache: ClusterCache, recorder: Recorder) -> None:
+    """c2 launches, its Node turns Ready, and c1 and c2 register together, c1's pods nominated first."""
     lifecycle.reconcile_all()  # c2 launched
     cache.upsert("Node", {"metadata": {"name": "c2", "resourceVersion": "3", "labels": {}}, "spec": {},
                           "status": READY})
     recorder.calls.clear()
     assert lifecycle.reconcile_all() == 2  # both registered, together
-    assert sorted(args[0] for kind, args in recorder.calls if kind == "patch_node") == ["c1", "c2"]
+    kinds = [(kind, args[1] if kind == "nominate" else args[0]) for kind, args in recorder.calls]
+    assert sorted(name for kind, name in kinds if kind == "patch_node") == ["c1", "c2"]
+    assert all(kinds.index(("nominate", uid)) < kinds.index(("patch_node", "c1")) for uid in ("u1", "u2")
+               if ("nominate", uid) in kinds)
+    pods = {p["metadata"]["name"]: p for p in cache.items("Pod")}
+    assert {name: p["status"].get("nominatedNodeName") for name, p in pods.items()} == {"u1": "c1", "u2": "c1"}
+
+
+def test_a_claim_created_while_the_pods_are_quiet_holds_the_nominations_back() -> None:
+    """A claim the provisioner creates while the joining claims' pods are waiting to be quiet defers the
+    registration to its launch: the nominations are not written now, since every cycle its joining node starts
+    would clear them while they wait. All register together later, nominated first."""
+    import threading
+
+    lifecycle, cache, recorder = launched_and_ready()
+
+    def provisioner() -> None:  # created 0.1 s into the quiet wait (NOMINATION_QUIET_SECONDS: 0.5 s)
+        time.sleep(0.1)
+        _new_claim(cache)
+
+    thread = threading.Thread(target=provisioner)
+    thread.start()
+    lifecycle.reconcile_all()
+    thread.join()
+    assert not any(kind in ("nominate", "patch_node") for kind, _ in recorder.calls)  # nothing exposed, c1 waits
+    _registers_with_c2(lifecycle, cache, recorder)
+
+
+def test_a_claim_created_while_the_pods_are_nominated_registers_with_the_others() -> None:
+    """The provisioner may create a claim while the joining claims' pods are being nominated: untainting then
+    would hand its pods, not yet nominated, the room left on the joining nodes. Those nodes wait for it, and
+    register with it once its node is Ready."""
+    lifecycle, cache, recorder = launched_and_ready()
+    nominate = recorder.patch_namespaced_pod_status
+
+    def nominate_then_provision(name: str, namespace: str, body: Any, **apply: Any) -> None:
+        nominate(name, namespace, body, **apply)
+        if not any(c["metadata"]["name"] == "c2" for c in cache.items("NodeClaim")):
+            _new_claim(cache)  # created while the first nomination is written
+
+    recorder.patch_namespaced_pod_status = nominate_then_provision  # type: ignore[method-assign]
+    lifecycle.reconcile_all()
+    assert ("nominate", "u1") in [(kind, args[1]) for kind, args in recorder.calls if kind == "nominate"]
+    assert not any(kind == "patch_node" for kind, _ in recorder.calls)  # c1 waits for c2
+    _registers_with_c2(lifecycle, cache, recorder)
 
 
 def launched_and_ready(allocatable: str = "3900m") -> tuple[Lifecycle, ClusterCache, Recorder]:
