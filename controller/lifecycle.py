@@ -272,7 +272,8 @@ class Lifecycle:
         as soon — and what was cleared meanwhile is written once more. Nothing is written when ``barrier`` (may
         the nodes register now?) turns false during the quiet wait: a nomination that waits through another
         batch's launch is cleared by every cycle that batch's joining nodes start, and the pod retried with it gone
-        binds wherever the scheduler scores best (one such wait left 95 aws-like pods off their planned nodes).
+        binds wherever the scheduler scores best (session 15's aws-like run: a 204-pod and a 174-pod batch nominated
+        1.7 and 2.3 s before they could register).
         Returns whether the nodes may register."""
         uids = [uid for raw in joining for uid in planned_pod_uids(raw)]
         if not any(uid in self._unbound for uid in uids):

@@ -329,6 +329,13 @@ def plan_consolidation(snapshot: Snapshot, state: ClusterState, options: Consoli
         outcome = Outcome([candidates[k] for k in found.removed], found.placement, problem, "FEASIBLE",
                           lower_bound=lower, patterns=len(patterns),
                           fallback=drain if report.improvements else None, search=report)
+    elif (ceiling := _gap_ceiling(state, candidates, options, lower)) is not None and \
+            sum(s.price for s in state.nodes) - max(drain_saving, decision.savings if decision else 0.0) <= ceiling:
+        # the warm start is already a plan within the decision gap: solving would only stop at it, and OR-Tools
+        # 9.15 aborts the process when an interleaved search is stopped while it loads that hint (``SearchStop``)
+        notes.append(f"the warm start is within the {options.gap:.2%} decision gap of the {lower:.3f} $/h bound: "
+                     "no model solved")
+        outcome = drain  # the yardstick's decision, below, when it saves more
     else:
         outcome = _whole_model(problem, state, candidates, patterns, options, deadline, stage, lower,
                                drained, onto, drain_saving, decision, notes)
@@ -342,6 +349,16 @@ def plan_consolidation(snapshot: Snapshot, state: ClusterState, options: Consoli
     outcome.yardstick = decision
     outcome.notes = notes + outcome.notes
     return outcome
+
+
+def _gap_ceiling(state: ClusterState, candidates: list[NodeState], options: ConsolidateOptions,
+                 lower: float) -> float | None:
+    """The cost after the move that ends the whole model's search (within ``options.gap`` of ``lower``), or None
+    without a gap or where the objective is not cost and evictions alone (drift weights, an eviction price:
+    ``_after_bound``)."""
+    if options.gap <= 0 or _after_bound(state, candidates, options, 0.0) is None:
+        return None
+    return lower * (1 + options.gap) + 1e-9
 
 
 def _budget_binds(state: ClusterState, bound: float, options: ConsolidateOptions) -> bool:
@@ -428,14 +445,13 @@ def _whole_model(problem: Problem, state: ClusterState, candidates: list[NodeSta
         # the objective is minus the savings (scaled): a plan within the gap of the most saving
         solver.parameters.relative_gap_limit = options.gap
         # CP-SAT's own bound on the savings rarely closes the gap (its LP does not know the re-provisioning
-        # bound): the first plan whose cost after the move is within the gap of ``lower`` ends the search. Only
-        # for objectives of cost and evictions alone (no drift weights or eviction price: ``_after_bound``)
-        ceiling = lower * (1 + options.gap) if _after_bound(state, candidates, options, 0.0) is not None else None
+        # bound): the first plan whose cost after the move is within the gap of ``lower`` ends the search
+        ceiling = _gap_ceiling(state, candidates, options, lower)
         before, tie = sum(s.price for s in state.nodes), model.tie
 
         def within(objective: float) -> bool:
             # the objective is tie × (cost after − cost before) in micro-$/h plus evictions (< tie)
-            return ceiling is not None and before + (objective // tie) / MICRO <= ceiling + 1e-9
+            return ceiling is not None and before + (objective // tie) / MICRO <= ceiling
         status, stop = solve_stopping(solver, model.m, within, stall=STALL_SECONDS)
         if stop.reason == "enough":
             notes.append(f"the model stopped at a plan within the {options.gap:.2%} decision gap of the "
