@@ -146,13 +146,13 @@ def consolidate(snapshot: Snapshot, options: ConsolidateOptions | None = None) -
         stages["verify"] = round(time.monotonic() - t0, 3)
         if not rejected:
             return ConsolidationResult(plan=plan, state=state, outcome=outcome)
-        if outcome.fallback is None:  # the gate: a plan the verifier rejects is never returned, nothing moves
+        fallback = outcome.fallen_back()
+        if fallback is None:  # the gate: a plan the verifier rejects is never returned, nothing moves
             notes.append(f"plan gate: the disruption plan failed verification ({len(rejected)} violation(s), "
                          f"first: {rejected[0]}); nothing is disrupted")
             return _nothing_to_do(state, before, started, stages, notes)
         notes.append(f"plan gate: the improved plan failed verification ({len(rejected)} violation(s), first: "
                      f"{rejected[0]}); the plan it started from is returned")
-        fallback = outcome.fallback
         fallback.yardstick, fallback.notes = outcome.yardstick, outcome.notes
         outcome = fallback
 
