@@ -501,6 +501,11 @@ class ClusterCache:
     def generation(self) -> int:
         return self._generation
 
+    def wake(self) -> None:
+        """Wake every waiter as a change would: a state they wait on changed outside the cache (a decision
+        the NodeClaim registration waits for ended)."""
+        self._notify("")
+
     def wait_for_change(self, generation: int, timeout: float) -> int:
         """Block until something changed after ``generation`` (or ``timeout``); returns the new generation."""
         with self._changed:
@@ -560,6 +565,9 @@ class FilteredCache(ClusterCache):
 
     def wait_for_change(self, generation: int, timeout: float) -> int:
         return self._inner.wait_for_change(generation, timeout)
+
+    def wake(self) -> None:
+        self._inner.wake()
 
     def start(self) -> None:
         self._inner.start()

@@ -61,8 +61,12 @@ def _node_ready(node: Mapping[str, Any]) -> bool:
 class Lifecycle:
     def __init__(self, api: client.ApiClient, cache: ClusterCache, launcher: CloudProvider, *, nominate: bool = True,
                  bind_grace: float = 15.0, unavailable: UnavailableOfferings | None = None,
-                 drainer: Drainer | None = None, metrics: Metrics | None = None) -> None:
+                 drainer: Drainer | None = None, metrics: Metrics | None = None,
+                 deciding: Callable[[], bool] = lambda: False) -> None:
+        """``deciding``: is the provisioner deciding a batch right now (``Provisioner.deciding``)? Its NodeClaims
+        would join the nodes registering, and pods it joins to their claims need nominations first."""
         self.nominate = nominate
+        self._deciding = deciding
         self.bind_grace = bind_grace
         self.unavailable = unavailable or UnavailableOfferings()
         self._unbound: dict[str, dict[str, Any]] = {}
@@ -159,9 +163,12 @@ class Lifecycle:
 
     def _may_register(self, claims: list[dict[str, Any]], launched: list[dict[str, Any]],
                       nodes: Mapping[str, dict[str, Any]]) -> bool:
-        """The registration barrier: wait while a recent claim is still being launched or its Node is not Ready,
-        so they all register together. A claim older than ``REGISTRATION_BARRIER_SECONDS`` waits for nothing."""
+        """The registration barrier: wait while the provisioner is deciding a batch, or a recent claim is still
+        being launched or its Node is not Ready, so they all register together. A claim older than
+        ``REGISTRATION_BARRIER_SECONDS`` waits for nothing."""
         young = [c for c in launched if _age(c, "Launched") < REGISTRATION_BARRIER_SECONDS]
+        if young and self._deciding():
+            return False  # its claims, if it creates any, register with these (and its joined pods get nominated)
         if not all(_node_ready(nodes.get((c.get("status") or {}).get("nodeName") or "", {})) for c in young):
             return False
         # a claim created but not launched yet is launched later in this pass: its node joins the others

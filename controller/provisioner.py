@@ -24,6 +24,7 @@ import copy
 import functools
 import hashlib
 import json
+import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -408,6 +409,11 @@ class Provisioner:
         self._clock = clock
         self.history: list[BatchRecord] = []
         self._warned_dra = False
+        self._deciding = threading.Event()
+
+    def deciding(self) -> bool:
+        """Is a batch being planned, its NodeClaims created or its pods joined to in-flight ones right now?"""
+        return self._deciding.is_set()
 
     def use_catalog(self, catalog: Sequence[InstanceType]) -> None:
         """Plan the next batches with these instance types and prices (the periodic catalog refresh)."""
@@ -546,6 +552,14 @@ class Provisioner:
 
     def provision(self, batch: Mapping[str, dict[str, Any]]) -> BatchRecord:
         """Plan one batch, then create its NodeClaims, join pods to in-flight ones and mark placed pods."""
+        self._deciding.set()
+        try:
+            return self._provision(batch)
+        finally:
+            self._deciding.clear()
+            self._cache.wake()  # a registration held back for this decision goes on now
+
+    def _provision(self, batch: Mapping[str, dict[str, Any]]) -> BatchRecord:
         record, bodies = self.plan(batch)
         plan = record.plan
         uid_of = {k: (p.get("metadata") or {}).get("uid", "") for k, p in batch.items()}

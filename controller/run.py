@@ -254,7 +254,8 @@ class Controller:
                                        unavailable=self.unavailable, owns=self.ownership.provisions)
         self.provider = ObservedProvider(inner, self.events, self.metrics, self._owned_pool)
         self.lifecycle = Lifecycle(api, self.owned, self.provider, bind_grace=self.options.provisioner.bind_grace,
-                                   unavailable=self.unavailable, metrics=self.metrics)
+                                   unavailable=self.unavailable, metrics=self.metrics,
+                                   deciding=self.provisioner.deciding)
         self.garbage = GarbageCollector(api, self.owned, self.provider, grace=self.options.gc_grace,
                                         interval=self.options.gc_interval)
         self.nodepool_status = NodePoolStatusWriter(api, self.cache, self.events, self.ownership)

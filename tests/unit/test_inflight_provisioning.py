@@ -162,3 +162,24 @@ def test_a_recorded_batch_replays_to_the_same_plan(tmp_path: Any) -> None:
     assert [(c.instance_type, c.pods) for c in replayed.node_claims] == \
         [(c.instance_type, c.pods) for c in record.plan.node_claims]
     assert replayed.existing_nodes == record.plan.existing_nodes
+
+
+def test_the_provisioner_says_it_is_deciding_until_the_batch_is_applied_then_wakes_the_cache() -> None:
+    """The NodeClaim registration waits while a batch is decided (``Lifecycle``'s barrier): ``deciding`` holds
+    from planning to the last in-flight join, and its end wakes whoever waits on the cache."""
+    provisioner, cache, custom = setup()
+    cache.upsert("Pod", pending("new-0", "1500m"))
+    seen: list[bool] = []
+    real_join = provisioner._join_inflight
+
+    def join(*args: Any) -> None:
+        seen.append(provisioner.deciding())
+        real_join(*args)
+    provisioner._join_inflight = join  # type: ignore[method-assign]
+    woken: list[bool] = []
+    cache.wake = lambda: woken.append(provisioner.deciding())  # type: ignore[method-assign]
+    assert not provisioner.deciding()
+    provisioner.provision(provisioner.pending())
+    assert seen == [True] and not provisioner.deciding()
+    assert custom.patches  # the pod joined the in-flight claim
+    assert woken == [False]  # woken once, after the decision ended

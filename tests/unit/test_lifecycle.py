@@ -206,6 +206,21 @@ def test_a_claim_created_while_the_pods_are_quiet_holds_the_nominations_back() -
     _registers_with_c2(lifecycle, cache, recorder)
 
 
+def test_registration_waits_while_the_provisioner_decides_a_batch() -> None:
+    """A batch being decided may create NodeClaims (their nodes join these) or join pods to these claims (they
+    need nominations first): the registration, nominations included, waits for the decision to end."""
+    lifecycle, _, recorder = launched_and_ready()
+    deciding = [True]
+    lifecycle._deciding = lambda: deciding[0]
+    lifecycle.reconcile_all()
+    assert not any(kind in ("nominate", "patch_node") for kind, _ in recorder.calls)
+    deciding[0] = False
+    lifecycle.reconcile_all()
+    kinds = [(kind, args[1] if kind == "nominate" else args[0]) for kind, args in recorder.calls]
+    assert ("patch_node", "c1") in kinds
+    assert kinds.index(("nominate", "u1")) < kinds.index(("patch_node", "c1"))
+
+
 def test_a_claim_created_while_the_pods_are_nominated_registers_with_the_others() -> None:
     """The provisioner may create a claim while the joining claims' pods are being nominated: untainting then
     would hand its pods, not yet nominated, the room left on the joining nodes. Those nodes wait for it, and
