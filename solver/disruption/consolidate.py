@@ -243,6 +243,15 @@ class Compiled:
                                {s.name: s.pods for s in self.candidates})
 
 
+def _drain_outcome(compiled: Compiled, removed: list[int], onto: dict[tuple[int, int], int], lower: float,
+                   patterns: int = 0) -> Outcome:
+    """The drain heuristic's removals and counts as a plan."""
+    problem, candidates = compiled.problem, compiled.candidates
+    return Outcome([candidates[k] for k in removed],
+                   _placement_of(problem, candidates, removed, onto, compiled.class_of), problem, "FEASIBLE",
+                   lower_bound=lower, patterns=patterns)
+
+
 def compile_candidates(snapshot: Snapshot, state: ClusterState) -> Compiled:
     """The shortlist (``_shortlist``) and its pods compiled against the whole cluster."""
     candidates = _shortlist(state)
@@ -317,8 +326,7 @@ def plan_consolidation(snapshot: Snapshot, state: ClusterState, options: Consoli
         if decision is not None:
             patterns += patterns_from(problem, decision.problem, decision.placement, class_of)
         patterns = [p for p in dict.fromkeys(patterns) if fits(problem, p)]
-    drain = Outcome([candidates[k] for k in drained], _placement_of(problem, candidates, drained, onto, class_of),
-                    problem, "FEASIBLE", lower_bound=lower, patterns=len(patterns))
+    drain = _drain_outcome(compiled, drained, onto, lower, len(patterns))
     outcome: Outcome
     if settled:
         outcome = drain
@@ -370,11 +378,7 @@ def _drain_first_outcome(snapshot: Snapshot, state: ClusterState, lower: float) 
     """Drain-first over the budgeted shortlist, as a plan (None when it removes nothing)."""
     compiled = compile_candidates(snapshot, state)
     drained, onto = drain_first(compiled.problem, state, compiled.candidates, compiled.class_of)
-    if not drained:
-        return None
-    return Outcome([compiled.candidates[k] for k in drained],
-                   _placement_of(compiled.problem, compiled.candidates, drained, onto, compiled.class_of),
-                   compiled.problem, "FEASIBLE", lower_bound=lower)
+    return _drain_outcome(compiled, drained, onto, lower) if drained else None
 
 
 def _budget_binds(state: ClusterState, bound: float, options: ConsolidateOptions) -> bool:
