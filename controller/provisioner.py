@@ -102,12 +102,23 @@ def reserving(claim: Mapping[str, Any], now: float, bind_grace: float) -> bool:
     return initialized is None or now - initialized <= bind_grace
 
 
+#: (NodeClaim name, pod UID): a pod its claim's Node has no room left for (``displaced_pods``). Displacement is
+#: of a pod from one claim: the claim a later batch plans it onto holds it as any other
+Displacement = tuple[str, str]
+
+
 def holds(claim: Mapping[str, Any], pod_uids: Iterable[str], now: float, bind_grace: float,
-          displaced: Collection[str] = ()) -> bool:
+          displaced: Collection[Displacement] = ()) -> bool:
     """Does the existing ``claim`` still hold room for every one of ``pod_uids``? Only then is a create of its
     name (409) the same decision already carried out; otherwise the pods need a claim of the next generation."""
     uids = set(pod_uids)
-    return reserving(claim, now, bind_grace) and uids <= set(planned_pod_uids(claim)) and not uids & set(displaced)
+    name = _claim_name(claim)
+    return (reserving(claim, now, bind_grace) and uids <= set(planned_pod_uids(claim))
+            and not any((name, uid) in displaced for uid in uids))
+
+
+def _claim_name(claim: Mapping[str, Any]) -> str:
+    return str((claim.get("metadata") or {}).get("name"))
 
 
 def planned_pod_uids(claim: Mapping[str, Any]) -> list[str]:
@@ -127,15 +138,17 @@ def _pod_uids(annotation: str) -> tuple[str, ...]:
 
 
 def covered_pods(claims: Iterable[Mapping[str, Any]], now: float, bind_grace: float,
-                 displaced: Collection[str] = ()) -> dict[str, str]:
+                 displaced: Collection[Displacement] = ()) -> dict[str, str]:
     """Pod UID → NodeClaim name for every pod an in-flight NodeClaim was launched (or later planned) for, less
-    the ``displaced`` ones."""
+    the claims it is ``displaced`` from: a pod planned again after its first claim's Node filled up is covered by
+    the claim it was planned onto next, though the first one still lists it until its bind grace ends."""
     out: dict[str, str] = {}
     for claim in claims:
         if reserving(claim, now, bind_grace):
+            name = _claim_name(claim)
             for uid in planned_pod_uids(claim):
-                if uid not in displaced:
-                    out[uid] = str((claim.get("metadata") or {}).get("name"))
+                if (name, uid) not in displaced:
+                    out[uid] = name
     return out
 
 
@@ -160,18 +173,18 @@ def pod_requests(cache: ClusterCache, pod: Mapping[str, Any]) -> Resources | Non
 
 def displaced_pods(claims: Iterable[Mapping[str, Any]], allocatable: Mapping[str, Resources],
                    pods: Iterable[Mapping[str, Any]], requests: Callable[[Mapping[str, Any]], Resources | None]
-                   ) -> set[str]:
-    """The pending pods of ``claims`` whose claim's Node has joined (``allocatable``: node name → allocatable)
-    but no longer has room for them: the kube-scheduler is free to bind other pods there, and does, and then a
-    planned pod cannot go where it was planned. Room is the Node's allocatable less every pod bound to it, handed
-    to the claim's pending pods in planned order. Such a pod is planned again by the next batch, not after the
-    bind grace: while covered it waited out the whole grace (the last pod of a 1,000-pod scale-out got its node
-    16 s after the others), and its claim is no answer to a retried create (``holds``)."""
-    owner: dict[str, list[str]] = {}
+                   ) -> set[Displacement]:
+    """(claim, pod) for the pending pods of ``claims`` whose claim's Node has joined (``allocatable``: node name →
+    allocatable) but no longer has room for them: the kube-scheduler is free to bind other pods there, and does,
+    and then a planned pod cannot go where it was planned. Room is the Node's allocatable less every pod bound to
+    it, handed to the claim's pending pods in planned order. Such a pod is planned again by the next batch, not
+    after the bind grace: while covered it waited out the whole grace (the last pod of a 1,000-pod scale-out got
+    its node 16 s after the others), and that claim is no answer to a retried create (``holds``)."""
+    owner: dict[str, tuple[str, list[str]]] = {}
     for claim in claims:
         node = claim_node_name(claim)
         if node in allocatable:
-            owner[node] = planned_pod_uids(claim)
+            owner[node] = (_claim_name(claim), planned_pod_uids(claim))
     if not owner:
         return set()
     used: dict[str, Resources] = {}
@@ -186,8 +199,8 @@ def displaced_pods(claims: Iterable[Mapping[str, Any]], allocatable: Mapping[str
                 used[node] = used.get(node, Resources()) + amount
         elif not node:
             pending[str((pod.get("metadata") or {}).get("uid"))] = pod
-    out: set[str] = set()
-    for node, uids in owner.items():
+    out: set[Displacement] = set()
+    for node, (name, uids) in owner.items():
         room = allocatable[node] - used.get(node, Resources())
         for uid in uids:
             waiting = pending.get(uid)
@@ -197,7 +210,7 @@ def displaced_pods(claims: Iterable[Mapping[str, Any]], allocatable: Mapping[str
             if amount.fits_in(room):
                 room = room - amount
             else:
-                out.add(uid)
+                out.add((name, uid))
     return out
 
 
@@ -420,8 +433,8 @@ class Provisioner:
         self._catalog = tuple(catalog)
 
     # -- what the next batch sees ---------------------------------------------------------------------
-    def displaced(self) -> set[str]:
-        """UIDs of pods planned onto an in-flight NodeClaim whose Node has no room left for them
+    def displaced(self) -> set[Displacement]:
+        """(claim, pod UID) for pods planned onto an in-flight NodeClaim whose Node has no room left for them
         (``displaced_pods``)."""
         now = self._clock()
         claims = [c for c in self._cache.items("NodeClaim") if reserving(c, now, self._options.bind_grace)]
@@ -634,7 +647,8 @@ class Provisioner:
             log.info(f"{len(uids)} pod(s) join the in-flight nodeclaim", nodeclaim=name,
                      nodepool=((claim.get("metadata") or {}).get("labels") or {}).get(wk.NODEPOOL, ""))
 
-    def _names(self, planned: PlannedNodeClaim, uids: Sequence[str], displaced: Collection[str]) -> Iterator[str]:
+    def _names(self, planned: PlannedNodeClaim, uids: Sequence[str], displaced: Collection[Displacement]
+               ) -> Iterator[str]:
         """The names this decision may take, in order: generation 0 first, skipping every name the cache shows
         taken by a claim that does not hold these pods (one initialized past the bind grace whose room the
         scheduler gave away, a failed launch, one being deleted). Without the skip, a pod stranded that way was
@@ -649,7 +663,7 @@ class Provisioner:
                 yield name
 
     def _create(self, body: dict[str, Any], planned: PlannedNodeClaim, uids: Sequence[str],
-                displaced: Collection[str]) -> tuple[str, dict[str, Any] | None]:
+                displaced: Collection[Displacement]) -> tuple[str, dict[str, Any] | None]:
         """Create the claim under the first name free for it: (name, the created object), or (name, None) when a
         claim of that name already holds these pods (a retried create: nothing to launch). A 409 on a name the
         cache did not know is read back, so a claim that holds nothing for these pods is never taken for

@@ -329,10 +329,24 @@ def test_a_planned_pod_whose_node_filled_up_is_planned_again_without_waiting_out
     so the next batch plans it at once — and under a new name, not the claim that cannot take it."""
     provisioner, cache, server, taken = stranded("initialized")
     cache.upsert("NodeClaim", recent_claim(taken, ["uid-p"], "general-old"))
-    assert provisioner.displaced() == {"uid-p"}
+    assert provisioner.displaced() == {(taken, "uid-p")}
     assert set(provisioner.pending()) == {"ns/p"}
     provisioner.provision(provisioner.pending())
     assert len(server.created) == 1 and server.created[0] != taken
+
+
+def test_a_displaced_pod_is_covered_by_the_claim_it_was_planned_onto_next() -> None:
+    """``p`` is displaced from the claim whose Node filled up, not from every claim: while that claim is still
+    within its bind grace (it still lists ``p``), the claim the next batch planned ``p`` onto covers it, and the
+    batch after plans nothing for it. Before, ``p`` was planned again by every batch until the first claim's grace
+    ran out (the restart e2e test saw a pod on three claims within 8 s)."""
+    provisioner, cache, server, taken = stranded("initialized")
+    cache.upsert("NodeClaim", recent_claim(taken, ["uid-p"], "general-old"))
+    provisioner.provision(provisioner.pending())
+    assert len(server.created) == 1
+    assert provisioner.displaced() == {(taken, "uid-p")}  # the first claim still lists it, without room
+    assert provisioner.pending() == {}
+    assert provisioner.covered()["uid-p"] == server.created[0]
 
 
 def test_a_planned_pod_keeps_its_claim_while_its_node_has_room() -> None:
@@ -353,7 +367,7 @@ def test_the_room_left_goes_to_the_claims_pods_in_planned_order() -> None:
     for name in ("a", "b"):
         cache.upsert("Pod", pod(name, "1"))
     cache.upsert("NodeClaim", recent_claim("general-new", ["uid-a", "uid-b"], "general-new"))
-    assert provisioner.displaced() == {"uid-b"}
+    assert provisioner.displaced() == {("general-new", "uid-b")}
     assert set(provisioner.pending()) == {"ns/b"}
 
 
