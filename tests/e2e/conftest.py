@@ -8,6 +8,7 @@ are missing, the fixture builds them.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import time
@@ -21,6 +22,7 @@ import yaml
 from kubernetes import client, dynamic
 
 from controller.run import api_client
+from model.snapshot import parse_objects
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTROL_PLANE = ROOT / "hack" / "control-plane"
@@ -139,6 +141,27 @@ def wait_for(predicate: Any, timeout: float, interval: float = 0.5, what: str = 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+def fits_beside_claim(pod: dict[str, Any], claim: dict[str, Any], pods: list[dict[str, Any]],
+                      nodes: dict[str, dict[str, Any]]) -> bool:
+    """Could ``pod`` still fit on ``claim``'s node beside the pods bound there now and the claim's other planned
+    pods, wherever they went? Room on a node only shrinks while no pod is deleted, except the room its other
+    planned pods held until the scheduler bound them elsewhere; a pod planned again that fits even beside those
+    was never displaced from the claim (``controller.provisioner.displaced_pods``). API objects as dicts."""
+    node = nodes.get((claim.get("status") or {}).get("nodeName") or claim["metadata"]["name"])
+    if node is None:
+        return False
+    uid = pod["metadata"]["uid"]
+    allocatable = parse_objects([node | {"kind": "Node"}], source="cluster").nodes[0].allocatable
+    planned = set(json.loads(claim["metadata"]["annotations"]["nodeplan.io/pods"]))
+    here = node["metadata"]["name"]
+    beside = [p for p in pods if p["metadata"]["uid"] != uid
+              and ((p.get("spec") or {}).get("nodeName") == here or p["metadata"]["uid"] in planned)]
+    total = parse_objects([pod | {"kind": "Pod"}], source="cluster").pods[0].requests
+    for other in beside:
+        total = total + parse_objects([other | {"kind": "Pod"}], source="cluster").pods[0].requests
+    return bool(total.fits_in(allocatable))
 
 
 @pytest.fixture(scope="session")

@@ -25,8 +25,7 @@ from bench.controller_perf import nodeplan_adherence
 from bench.workloads import KWOK_NODECLASS, generic_deployment_objects
 from controller.provisioner import ProvisionerOptions
 from controller.run import Controller, ControllerOptions
-from model.snapshot import parse_objects
-from tests.e2e.conftest import Cluster, apply, open_workspace, wait_for
+from tests.e2e.conftest import Cluster, apply, fits_beside_claim, open_workspace, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -122,25 +121,9 @@ def _first_claim(uid: str, claims: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _fits_on_first_planned_node(name: str, pods: list[dict[str, Any]], claims: list[dict[str, Any]],
                                 nodes: dict[str, dict[str, Any]]) -> bool:
-    """Could pod ``name`` still have fitted on the node of the first claim planned for it, beside the pods bound
-    there now and the claim's other planned pods that went elsewhere? Room on a node only shrinks here (no pod is
-    deleted) except the room its other planned pods held until they were bound elsewhere, so a pod that fits
-    even beside those was never displaced."""
+    """Could pod ``name`` still have fitted on the node of the first claim planned for it (``fits_beside_claim``)?"""
     pod = next(p for p in pods if p["metadata"]["name"] == name)
-    uid = pod["metadata"]["uid"]
-    first = _first_claim(uid, claims)
-    node = nodes.get((first.get("status") or {}).get("nodeName") or first["metadata"]["name"])
-    if node is None:
-        return False
-    allocatable = parse_objects([node | {"kind": "Node"}], source="cluster").nodes[0].allocatable
-    planned = set(json.loads(first["metadata"]["annotations"]["nodeplan.io/pods"]))
-    here = node["metadata"]["name"]
-    beside = [p for p in pods if p["metadata"]["uid"] != uid
-              and ((p.get("spec") or {}).get("nodeName") == here or p["metadata"]["uid"] in planned)]
-    total = parse_objects([pod | {"kind": "Pod"}], source="cluster").pods[0].requests
-    for other in beside:
-        total = total + parse_objects([other | {"kind": "Pod"}], source="cluster").pods[0].requests
-    return bool(total.fits_in(allocatable))
+    return fits_beside_claim(pod, _first_claim(pod["metadata"]["uid"], claims), pods, nodes)
 
 
 def _waited_out_bind_grace(name: str, uid: str, claims: list[dict[str, Any]], timeline: Timeline,

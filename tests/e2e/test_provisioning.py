@@ -28,7 +28,7 @@ from controller.run import Controller, ControllerOptions
 from model.snapshot import parse_objects
 from providers.kwok import kwok_catalog
 from solver.provision import SolveOptions, solve
-from tests.e2e.conftest import Cluster, apply, open_workspace, wait_for
+from tests.e2e.conftest import Cluster, apply, fits_beside_claim, open_workspace, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -193,21 +193,12 @@ def test_restart_mid_provisioning_launches_nothing_twice(cluster: Cluster, works
     assert code == 0, text[-3000:]
     # A pod is planned again only after its NodeClaim was initialized and either the bind grace (15 s) ran out
     # without the scheduler binding it there, or the scheduler gave the node's room to other pods (then it is
-    # planned again at once) — never while a NodeClaim for it is in flight, restart or not. Room only shrinks
-    # here (no pod is deleted), so a pod planned again early must not fit beside what its old node runs at the end.
-    pods_by_uid = {p.metadata.uid: p for p in _pods(core)}
-    nodes = {n.metadata.name: n for n in core.list_node().items}
-
-    def fits_beside(pod: Any, node: str) -> bool:
-        bound = [p for p in pods_by_uid.values() if p.spec.node_name == node and p.metadata.uid != pod.metadata.uid]
-        allocatable = parse_objects([api.sanitize_for_serialization(nodes[node]) | {"kind": "Node"}],
-                                    source="cluster").nodes[0].allocatable
-        used = [parse_objects([api.sanitize_for_serialization(p) | {"kind": "Pod"}], source="cluster").pods[0].requests
-                for p in [*bound, pod]]
-        total = used[0]
-        for more in used[1:]:
-            total = total + more
-        return bool(total.fits_in(allocatable))
+    # planned again at once) — never while a NodeClaim for it is in flight, restart or not. A pod planned again
+    # early must not fit beside what its old node runs at the end and the old claim's other planned pods (they
+    # held room there until bound, and the scheduler may bind them elsewhere: ``fits_beside_claim``).
+    pods = [api.sanitize_for_serialization(p) for p in _pods(core)]
+    pods_by_uid = {p["metadata"]["uid"]: p for p in pods}
+    nodes = {n["metadata"]["name"]: n for n in (api.sanitize_for_serialization(x) for x in core.list_node().items)}
 
     owner: dict[str, dict[str, Any]] = {}
     replanned = 0
@@ -218,8 +209,7 @@ def test_restart_mid_provisioning_launches_nothing_twice(cluster: Cluster, works
                 initialized = next(c["lastTransitionTime"] for c in earlier["status"]["conditions"]
                                    if c["type"] == "Initialized" and c["status"] == "True")
                 gap = _seconds(claim["metadata"]["creationTimestamp"]) - _seconds(initialized)
-                old_node = earlier["status"]["nodeName"]
-                assert gap >= 15 - 1 or not fits_beside(pods_by_uid[uid], old_node), \
+                assert gap >= 15 - 1 or not fits_beside_claim(pods_by_uid[uid], earlier, pods, nodes), \
                     f"pod {uid} re-planned {gap}s after {earlier['metadata']['name']} initialized, with room there"
                 replanned += 1
             owner[uid] = claim
