@@ -470,7 +470,7 @@ class Provisioner:
     def snapshot_objects(self, batch: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
         claims = self._cache.items("NodeClaim")
         covered = self.covered()
-        node_of = {str((c.get("metadata") or {}).get("name")): claim_node_name(c) for c in claims}
+        node_of = {_claim_name(c): claim_node_name(c) for c in claims}
         nodes = self._cache.items("Node")
         pods: list[dict[str, Any]] = []
         for pod in self._cache.items("Pod"):
@@ -599,8 +599,7 @@ class Provisioner:
         another pod's nomination moving elsewhere waits for such an event or the scheduler's 5-minute
         unschedulable flush (a known gap, see deploy/README.md)."""
         unregistered = {claim_node_name(c) for c in self._cache.items("NodeClaim")
-                        if str((c.get("metadata") or {}).get("name")) in joined and _condition_time(c, "Registered")
-                        is None}
+                        if _claim_name(c) in joined and _condition_time(c, "Registered") is None}
         ours = planned_nodes(self._cache.items("NodeClaim"))
         for assignment in plan.existing_nodes:
             if assignment.name in unregistered:
@@ -654,7 +653,7 @@ class Provisioner:
         scheduler gave away, a failed launch, one being deleted). Without the skip, a pod stranded that way was
         planned onto the same offering again, its create hit the old claim (409, taken for success), and it was
         re-solved every batch without ever getting a node."""
-        claims = {str((c.get("metadata") or {}).get("name")): c for c in self._cache.items("NodeClaim")}
+        claims = {_claim_name(c): c for c in self._cache.items("NodeClaim")}
         now = self._clock()
         for generation in range(MAX_GENERATIONS):
             name = claim_name(planned.node_pool, planned, uids, generation)
