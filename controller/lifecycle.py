@@ -63,8 +63,8 @@ class Lifecycle:
                  bind_grace: float = 15.0, unavailable: UnavailableOfferings | None = None,
                  drainer: Drainer | None = None, metrics: Metrics | None = None,
                  deciding: Callable[[], bool] = lambda: False) -> None:
-        """``deciding``: is the provisioner deciding a batch right now (``Provisioner.deciding``)? Its NodeClaims
-        would join the nodes registering, and pods it joins to their claims need nominations first."""
+        """``deciding``: is a batch being decided or gathered right now (``Controller._batch_pending``)? Its
+        NodeClaims would join the nodes registering, and pods it joins to their claims need nominations first."""
         self.nominate = nominate
         self._deciding = deciding
         self.bind_grace = bind_grace
@@ -163,7 +163,7 @@ class Lifecycle:
 
     def _may_register(self, claims: list[dict[str, Any]], launched: list[dict[str, Any]],
                       nodes: Mapping[str, dict[str, Any]]) -> bool:
-        """The registration barrier: wait while the provisioner is deciding a batch, or a recent claim is still
+        """The registration barrier: wait while a batch is gathered or decided, or a recent claim is still
         being launched or its Node is not Ready, so they all register together. A claim older than
         ``REGISTRATION_BARRIER_SECONDS`` waits for nothing."""
         young = [c for c in launched if _age(c, "Launched") < REGISTRATION_BARRIER_SECONDS]

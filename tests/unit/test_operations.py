@@ -659,3 +659,16 @@ def test_preflight_asks_about_the_configured_lease(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(permissions, "check", lambda api, ns, rows, **kw: asked.update(kw) or [])
     cli.run.preflight(client.ApiClient(), "nodeplan", True, lease_name="my-lease")
     assert asked == {"leases": True, "lease_name": "my-lease"}
+
+
+def test_registration_waits_for_a_batch_gathering_in_the_window_not_only_one_being_decided() -> None:
+    """Pods gathering in an open batch window are decided next: the lifecycle's barrier waits for that batch too
+    (untainted before it, its pods are bound by the scheduler's scores into room other pods' plans hold)."""
+    controller = Controller(client.ApiClient(), ControllerOptions())
+    assert not controller.lifecycle._deciding()
+    controller.window.observe({"default/late": "1"}, time.monotonic())
+    assert controller.lifecycle._deciding()
+    controller.window.close({})
+    assert not controller.lifecycle._deciding()
+    controller.provisioner._deciding.set()
+    assert controller.lifecycle._deciding()
