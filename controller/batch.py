@@ -59,6 +59,8 @@ class BatchWindow:
         self._window: set[str] = set()
         self.opened_at: float | None = None
         self._last_new: float = 0.0
+        #: the window closes at the next look, not at ``idle`` or ``maximum`` (``decide_now``)
+        self._now = False
 
     def observe(self, pods: Mapping[str, str], now: float) -> bool:
         """Record the currently provisionable pods (key → resourceVersion); True if any was new to the window."""
@@ -77,20 +79,33 @@ class BatchWindow:
     def open(self) -> bool:
         return self.opened_at is not None
 
+    def age(self, now: float) -> float | None:
+        """Seconds since the open window opened (None when it is closed)."""
+        return None if self.opened_at is None else now - self.opened_at
+
+    def decide_now(self) -> None:
+        """Close the open window at the next look: nodes wait to register until its pods are decided
+        (``controller.lifecycle``), and every second it stays open they are held."""
+        if self.opened_at is not None:
+            self._now = True
+
     def ready(self, now: float) -> bool:
         if self.opened_at is None:
             return False
-        return now - self._last_new >= self.idle or now - self.opened_at >= self.maximum
+        return self._now or now - self._last_new >= self.idle or now - self.opened_at >= self.maximum
 
     def deadline(self) -> float | None:
         """When the window closes if nothing new arrives."""
         if self.opened_at is None:
             return None
+        if self._now:
+            return self.opened_at
         return min(self._last_new + self.idle, self.opened_at + self.maximum)
 
     def close(self, unplaced: Mapping[str, str]) -> None:
         """End the batch; remember only the pods the solve left unplaced (they reopen it when they change)."""
         self.opened_at = None
+        self._now = False
         self._window.clear()
         self._seen = dict(unplaced)
 

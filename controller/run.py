@@ -255,7 +255,8 @@ class Controller:
         self.provider = ObservedProvider(inner, self.events, self.metrics, self._owned_pool)
         self.lifecycle = Lifecycle(api, self.owned, self.provider, bind_grace=self.options.provisioner.bind_grace,
                                    unavailable=self.unavailable, metrics=self.metrics,
-                                   deciding=self._batch_pending)
+                                   deciding=self.provisioner.deciding, gathering=self._gathering,
+                                   decide_now=self._decide_now)
         self.garbage = GarbageCollector(api, self.owned, self.provider, grace=self.options.gc_grace,
                                         interval=self.options.gc_interval)
         self.nodepool_status = NodePoolStatusWriter(api, self.cache, self.events, self.ownership)
@@ -497,14 +498,14 @@ class Controller:
             return True
         return self._owned_pool(((obj.get("metadata") or {}).get("labels") or {}).get(wk.NODEPOOL, ""))
 
-    def _batch_pending(self) -> bool:
-        """Is a batch being decided, or gathering in the open window? The lifecycle's registration barrier waits
-        for it: untainted before the batch is decided, the joining nodes' room is open to its pods, which the
-        kube-scheduler binds by its own scores into room other pods' plans hold (a cleared nomination no longer
-        keeps it), and those pods are planned again; decided first, they join the in-flight claims and are
-        nominated with the rest (the adherence e2e: 54 of 300 pods bound before a batch planned them, 49
-        re-planned, when the second window was open at the first untaint)."""
-        return self.provisioner.deciding() or self.window.open
+    def _gathering(self) -> float | None:
+        """Seconds the open batch window has been gathering pods (the lifecycle's registration barrier)."""
+        return self.window.age(time.monotonic())
+
+    def _decide_now(self) -> None:
+        """Close the open batch window now and wake the provisioning loop: nodes wait to register for it."""
+        self.window.decide_now()
+        self.cache.wake()
 
     def _observe_batch(self, record: BatchRecord, pending: Mapping[str, dict[str, Any]]) -> None:
         """Metrics and Events for one solved batch: what was created, where each pod should go, and why a pod

@@ -221,6 +221,29 @@ def test_registration_waits_while_the_provisioner_decides_a_batch() -> None:
     assert kinds.index(("nominate", "u1")) < kinds.index(("patch_node", "c1"))
 
 
+def test_registration_waits_for_the_batch_gathering_as_the_claims_launched_and_has_it_decided_now() -> None:
+    """Pods gathering in the window open as the joining claims launched are decided before the nodes are
+    untainted (they join the in-flight claims and are nominated with the rest), and at once rather than when the
+    window would close. A window opened later is a stream of new pods: the nodes do not wait for it."""
+    from controller.lifecycle import GATHERED_AT_LAUNCH
+
+    lifecycle, _, recorder = launched_and_ready()
+    window = {"age": 5.0}  # opened before c1 launched
+    asked: list[bool] = []
+    lifecycle._gathering = lambda: window["age"]
+    lifecycle._decide_now = lambda: asked.append(True)
+    lifecycle.reconcile_all()
+    assert not any(kind in ("nominate", "patch_node") for kind, _ in recorder.calls)
+    assert asked  # the batch is decided now, not at its idle or maximum
+    time.sleep(GATHERED_AT_LAUNCH + 0.2)
+    window["age"] = 0.1  # that batch was decided; the one open now opened more than a second after the launch
+    asked.clear()
+    lifecycle.reconcile_all()
+    kinds = [(kind, args[1] if kind == "nominate" else args[0]) for kind, args in recorder.calls]
+    assert ("patch_node", "c1") in kinds and not asked
+    assert kinds.index(("nominate", "u1")) < kinds.index(("patch_node", "c1"))
+
+
 def test_a_claim_created_while_the_pods_are_nominated_registers_with_the_others() -> None:
     """The provisioner may create a claim while the joining claims' pods are being nominated: untainting then
     would hand its pods, not yet nominated, the room left on the joining nodes. Those nodes wait for it, and

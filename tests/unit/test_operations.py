@@ -662,13 +662,21 @@ def test_preflight_asks_about_the_configured_lease(monkeypatch: pytest.MonkeyPat
 
 
 def test_registration_waits_for_a_batch_gathering_in_the_window_not_only_one_being_decided() -> None:
-    """Pods gathering in an open batch window are decided next: the lifecycle's barrier waits for that batch too
-    (untainted before it, its pods are bound by the scheduler's scores into room other pods' plans hold)."""
+    """Pods gathering in an open batch window are decided next: the lifecycle's barrier sees how long the window
+    has been open (it waits for the one open as its claims launched), and can have it decided at once."""
     controller = Controller(client.ApiClient(), ControllerOptions())
-    assert not controller.lifecycle._deciding()
-    controller.window.observe({"default/late": "1"}, time.monotonic())
-    assert controller.lifecycle._deciding()
+    lifecycle = controller.lifecycle
+    assert lifecycle._gathering() is None and not lifecycle._deciding()
+    opened = time.monotonic()
+    controller.window.observe({"default/late": "1"}, opened)
+    age = lifecycle._gathering()
+    assert age is not None and 0 <= age < 1.0 and not lifecycle._deciding()
+    assert not controller.window.ready(time.monotonic())
+    lifecycle._decide_now()
+    assert controller.window.ready(time.monotonic()) and controller.window.deadline() == opened
     controller.window.close({})
-    assert not controller.lifecycle._deciding()
+    assert lifecycle._gathering() is None
+    controller.window.observe({"default/next": "1"}, time.monotonic())
+    assert not controller.window.ready(time.monotonic())  # decided now was that window, not the next one
     controller.provisioner._deciding.set()
-    assert controller.lifecycle._deciding()
+    assert lifecycle._deciding()
