@@ -183,15 +183,14 @@ class Lifecycle:
         it lasts, and nodes held until it ends have every pod bound at once at its end (bench-controller, 1,000
         pods, aws-like, with every open window waited for: each node registered 48 s after the first launch, all
         Running after 79.9 s, 65.2 s before)."""
-        ages = [_age(c, "Launched") for c in launched]
-        young = [c for c, age in zip(launched, ages, strict=True) if age < REGISTRATION_BARRIER_SECONDS]
+        young = [(c, age) for c in launched if (age := _age(c, "Launched")) < REGISTRATION_BARRIER_SECONDS]
         if young and self._deciding():
             return False  # its claims, if it creates any, register with these (and its joined pods get nominated)
         gathered = self._gathering()
-        if young and gathered is not None and gathered >= max(ages) - GATHERED_AT_LAUNCH:
+        if young and gathered is not None and gathered >= max(age for _, age in young) - GATHERED_AT_LAUNCH:
             self._decide_now()
             return False
-        if not all(_node_ready(nodes.get((c.get("status") or {}).get("nodeName") or "", {})) for c in young):
+        if not all(_node_ready(nodes.get((c.get("status") or {}).get("nodeName") or "", {})) for c, _ in young):
             return False
         # a claim created but not launched yet is launched later in this pass: its node joins the others
         return not any(_conditions(c).get("Launched") is None and _created_age(c) < REGISTRATION_BARRIER_SECONDS
