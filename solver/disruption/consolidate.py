@@ -32,7 +32,7 @@ from solver.disruption.drain import drain_first
 from solver.disruption.lns import Incumbent, Search, SearchReport
 from solver.disruption.model import Model, Pattern, fill_patterns, finish, fits, onto_existing, patterns_from
 from solver.disruption.moves import movable_copies, solver_snapshot
-from solver.disruption.target import Target, budget_step, lifted, portable, restore
+from solver.disruption.target import Target, budget_step, lifted, portable, restore, workload
 from solver.disruption.yardstick import Decision, Yardstick
 from solver.placement import Placement
 from solver.problem import Problem, compile_problem
@@ -390,8 +390,9 @@ def _budget_binds(state: ClusterState, bound: float, options: ConsolidateOptions
 
 
 def _restored(snapshot: Snapshot, state: ClusterState, previous: Target | None) -> Outcome | None:
-    """The rest of the previous pass's target on this cluster (``target.restore``), or None."""
-    if previous is None:
+    """The rest of the previous pass's target on this cluster (``target.restore``), or None (also when the pods
+    it was solved for are gone: ``Target.stale``)."""
+    if previous is None or previous.stale(snapshot):
         return None
     free = lifted(state)
     compiled = compile_candidates(snapshot, free)
@@ -420,7 +421,7 @@ def _toward_target(snapshot: Snapshot, state: ClusterState, options: Consolidate
                                     t0 + (deadline - t0) * TARGET_SHARE, lambda name, s: stage(f"target {name}", s))
         stage("target", time.monotonic() - t0)
         if target is not None:
-            target.target = portable(target.problem, target.removed, target.placement, t0)
+            target.target = portable(target.problem, target.removed, target.placement, t0, workload(snapshot))
     if target is None or not target.removed or target.placement.unschedulable:
         return None
     step = budget_step(state, target.problem, target.removed, target.placement, spot_to_spot=options.spot_to_spot)

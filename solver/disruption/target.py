@@ -17,16 +17,23 @@ pass solves a new target. Solving it was nearly all of a pass's CPU (the bench's
 seconds a pass, ten passes).
 
 Removals that share a replacement form one *group* (an N→M move), taken whole or not at all.
+
+A target is a plan for the pods it was solved with. Evicted pods come back (their controllers create them
+again), but once pods asking for more than ``WORKLOAD_LEFT`` of the requests are gone for good (a scale-down, a
+rollout) the target keeps nodes for pods that no longer exist, and the pass solves a new one (``stale``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Mapping
 
 import numpy as np
 
 from model.pod import Pod
+from model.resources import CPU, MEMORY, Resources
+from model.snapshot import Snapshot
 from solver.disruption.budgets import Allowances
 from solver.disruption.candidates import CONSOLIDATION_REASONS, ClusterState, NodeState
 from solver.disruption.yardstick import balanced_allows
@@ -131,6 +138,33 @@ def budget_step(state: ClusterState, problem: Problem, removed: list[NodeState],
 #: a replacement's offering: NodePool, instance type, zone, capacity type
 Offer = tuple[str, str, str, str]
 
+#: one kind of pod the workload runs: namespace, controller kind and name (the pod's own name without one),
+#: requests. An evicted pod's replacement is the same kind of pod under another name.
+Demand = tuple[str, str, str, Resources]
+
+#: a target is solved again once pods asking for more than this share of the workload's cpu or memory requests
+#: are gone since it was solved (the decision gap's size: a plan within 2 % of its bound for a cluster that
+#: needs 2 % less is no longer within it)
+WORKLOAD_LEFT = 0.02
+
+
+def workload(snapshot: Snapshot) -> Counter[Demand]:
+    """How many pods of each kind the cluster runs or waits to run (daemon, finished and deleting pods aside)."""
+    return Counter((p.namespace, p.owner_kind, p.owner_name or p.name, p.requests) for p in snapshot.pods
+                   if not p.daemon and not p.terminal and not p.deleting)
+
+
+def left_share(then: Mapping[Demand, int], now: Mapping[Demand, int]) -> float:
+    """The largest share of ``then``'s cpu or memory requests whose pods are not in ``now`` (net of pods of the
+    same kind that came back or were added)."""
+    share = 0.0
+    for resource in (CPU, MEMORY):
+        total = sum(n * demand[3][resource] for demand, n in then.items())
+        gone = sum(max(0, n - now.get(demand, 0)) * demand[3][resource] for demand, n in then.items())
+        if total:
+            share = max(share, gone / total)
+    return share
+
 
 def _offer(problem: Problem, template: int) -> Offer:
     t = problem.templates[template]
@@ -148,14 +182,22 @@ class Target:
     launched: tuple[Offer, ...]
     #: ``time.monotonic()`` when it was solved (the controller solves it again once it is old)
     solved_at: float
+    #: the pods it was solved for (``workload``)
+    workload: Mapping[Demand, int] = dataclasses.field(default_factory=dict)
+
+    def stale(self, snapshot: Snapshot) -> bool:
+        """Are pods asking for more than ``WORKLOAD_LEFT`` of its workload's requests gone from ``snapshot``?"""
+        return left_share(self.workload, workload(snapshot)) > WORKLOAD_LEFT
 
 
-def portable(problem: Problem, removed: list[NodeState], placement: Placement, solved_at: float) -> Target:
+def portable(problem: Problem, removed: list[NodeState], placement: Placement, solved_at: float,
+             solved_for: Mapping[Demand, int]) -> Target:
+    """The target by name, solved at ``solved_at`` for the workload ``solved_for``."""
     where: dict[str, str | int] = {p.key: problem.existing[e].name for e, pods in placement.existing.items()
                                    for p in pods}
     where.update({p.key: i for i, n in enumerate(placement.new_nodes) for p in n.pods})
     return Target(tuple(s.name for s in removed), where,
-                  tuple(_offer(problem, n.template) for n in placement.new_nodes), solved_at)
+                  tuple(_offer(problem, n.template) for n in placement.new_nodes), solved_at, solved_for)
 
 
 def restore(target: Target, problem: Problem, state: ClusterState

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import copy
 import math
+from collections import Counter
 from typing import Any
 
 from bench.fragmented import node_object, scaled_down
 from model import labels as wk
 from model.disruption import DisruptionPlan
+from model.resources import Resources
 from model.snapshot import parse_objects
 from providers.kwok import kwok_catalog
 from solver.disruption.candidates import analyse
 from solver.disruption.consolidate import ConsolidateOptions
 from solver.disruption.plan import consolidate
+from solver.disruption.target import left_share, workload
 from solver.disruption.verify import verify_disruption
 from tests.disruption.helpers import NOW, pdb
 
@@ -200,3 +203,52 @@ def _arrival(objects: list[dict[str, Any]], node_name: str, cpu: str | None,
     if selector:
         arrived["spec"]["nodeSelector"] = selector
     return [*copy.deepcopy(objects), arrived]
+
+
+def _renamed(objects: list[dict[str, Any]], keys: set[str]) -> list[dict[str, Any]]:
+    """``objects`` with the pods ``keys`` under new names and UIDs: what a ReplicaSet creates for an evicted pod."""
+    out = copy.deepcopy(objects)
+    for o in out:
+        if o["kind"] == "Pod" and f"{o['metadata']['namespace']}/{o['metadata']['name']}" in keys:
+            o["metadata"].update(name=f"{o['metadata']['name']}-again", uid=f"{o['metadata']['uid']}-again")
+    return out
+
+
+def test_a_target_is_solved_again_once_the_pods_it_was_solved_for_are_gone() -> None:
+    """After the first step the evicted pods run again under new names (their ReplicaSet's new pods): the
+    workload is the target's, and the next pass restores it. Once half of every Deployment's pods are gone (a
+    second scale-down, as while the ReplicaSets of the bench's scale-down were still deleting pods when the
+    first target was solved), the target keeps nodes for pods that are gone: the pass solves a new target for
+    the pods left, with that workload, and its plan verifies."""
+    objects, target, plan = _first_step(scaled_down(150, seed=1, keep=0.3, budget="10%"))
+    recreated = _renamed(objects, {m.pod for m in plan.moves})
+    snap = parse_objects(recreated, source="test").with_catalog(kwok_catalog())
+    assert left_share(target.workload, workload(snap)) == 0.0 and not target.stale(snap)
+    result = consolidate(snap, ConsolidateOptions(time_limit=3.0, now=NOW, target=target))
+    assert "target restored" in result.plan.solver.stages, result.plan.solver.stages
+
+    pods = [o for o in recreated if o["kind"] == "Pod"]
+    by_app: dict[str, list[dict[str, Any]]] = {}
+    for p in pods:
+        by_app.setdefault(p["metadata"]["labels"]["app"], []).append(p)
+    gone = {id(p) for members in by_app.values() for p in members[: len(members) // 2]}
+    halved = [o for o in recreated if id(o) not in gone]
+    snap = parse_objects(halved, source="test").with_catalog(kwok_catalog())
+    assert left_share(target.workload, workload(snap)) > 0.3 and target.stale(snap)
+    result = consolidate(snap, ConsolidateOptions(time_limit=3.0, now=NOW, target=target))
+    assert "target not restored" in result.plan.solver.stages and _solved_target(result.plan)
+    assert result.outcome is not None and result.outcome.target is not None
+    assert result.outcome.target.workload == workload(snap)
+    assert verify_disruption(snap, result.plan, NOW) == []
+
+
+def test_the_share_left_counts_pods_gone_net_of_their_kind_coming_back() -> None:
+    """Two pods of one ReplicaSet (1 cpu, 1 byte each) and one of another (2 cpu, 2 bytes): one of the first
+    gone is a quarter of the requests; it coming back under another name is nothing gone; a pod added elsewhere
+    does not offset one gone."""
+    one, two = Resources({"cpu": 1000, "memory": 1}), Resources({"cpu": 2000, "memory": 2})
+    then = Counter({("ns", "ReplicaSet", "a", one): 2, ("ns", "ReplicaSet", "b", two): 1})
+    assert left_share(then, then) == 0.0
+    assert left_share(then, Counter({("ns", "ReplicaSet", "a", one): 1, ("ns", "ReplicaSet", "b", two): 1})) == 0.25
+    assert left_share(then, then + Counter({("ns", "ReplicaSet", "c", two): 1})) == 0.0
+    assert left_share(then, Counter({("ns", "ReplicaSet", "a", one): 2, ("ns", "ReplicaSet", "c", two): 1})) == 0.5
