@@ -126,6 +126,11 @@ def run_cmd(
         "--consolidation-validation-wait", parser=Duration(), metavar="DURATION", show_default="15s",
         help="Time between a consolidation decision and its re-check against the cluster (Karpenter: 15s).")
     ] = 15.0,
+    steered_eviction: Annotated[bool, typer.Option(
+        "--steered-eviction/--no-steered-eviction", help="Evict a consolidation decision's pods one destination at "
+        "a time, the other nodes tainted nodeplan.io/steering:PreferNoSchedule meanwhile, so the kube-scheduler "
+        "binds them where the decision packed them (off: the drain evicts them all at once, as Karpenter).")
+    ] = True,
     spot_to_spot: Annotated[bool | None, typer.Option(
         "--spot-to-spot/--no-spot-to-spot", show_default=False, help="Consolidation may replace spot nodes with "
         "spot nodes (default: the SpotToSpotConsolidation feature gate, off).")] = None,
@@ -236,7 +241,7 @@ def run_cmd(
         lease_name=leader_election_name, disruption=DisruptionOptions(
             enabled=consolidation, interval=consolidation_interval, time_limit=consolidation_time_limit,
             validation_wait=consolidation_validation_wait, workers=solver_workers, spot_to_spot=spot,
-            decision_gap=decision_gap),
+            decision_gap=decision_gap, steer=steered_eviction),
         shadow=shadow, shadow_options=ShadowOptions(
             record=shadow_record, settle_timeout=shadow_settle_timeout,
             consolidation_interval=consolidation_interval if consolidation else 0.0,

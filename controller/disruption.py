@@ -37,11 +37,13 @@ from controller.batch import is_bound, is_daemon_or_static, is_terminal, pod_key
 from controller.cache import ClusterCache
 from controller.conditions import conditions_of, is_true
 from controller.disruption_validation import Revalidation, revalidate
+from controller.drain import Drainer
 from controller.events import EventRecorder
 from controller.logs import get_logger, stage_fields
 from controller.metrics import Metrics
 from controller.offerings import UnavailableOfferings
 from controller.provisioner import GROUP, VERSION, Provisioner, claim_name, claim_node_name, nodeclaim_body
+from controller.steering import STEERING_TAINT, KubeSteerer, Steerer, Steering, is_steering
 from model import labels as wk
 from model.disruption import DisruptionPlan
 from model.instancetype import InstanceType
@@ -78,6 +80,8 @@ class DisruptionOptions:
     replacement_timeout: float = 300.0
     seed: int = 0
     workers: int = 2
+    #: evict a decision's pods one destination at a time, the other nodes fenced (``controller.steering``)
+    steer: bool = True
     spot_to_spot: bool = False
     #: a decision stops once certified within this relative gap (``ConsolidateOptions.gap``; the provisioner's
     #: ``--decision-gap``)
@@ -107,7 +111,7 @@ class KubeWriter:
         self._custom = client.CustomObjectsApi(api)
         self._cache = cache
 
-    def _set_taints(self, node: str, edit: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]) -> None:
+    def set_taints(self, node: str, edit: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]) -> None:
         for attempt in range(5):
             try:
                 raw = cast(dict[str, Any], self._core.read_node(node, _preload_content=False).json())
@@ -133,12 +137,12 @@ class KubeWriter:
             return
 
     def taint(self, node: str) -> None:
-        self._set_taints(node, lambda taints: taints if any(_is_disrupted(t) for t in taints)
+        self.set_taints(node, lambda taints: taints if any(_is_disrupted(t) for t in taints)
                          else [*taints, {"key": wk.DISRUPTED_TAINT, "effect": "NoSchedule"}])
         log.info(f"tainted node {wk.DISRUPTED_TAINT}:NoSchedule", node=node)
 
     def untaint(self, node: str) -> None:
-        self._set_taints(node, lambda taints: [t for t in taints if not _is_disrupted(t)])
+        self.set_taints(node, lambda taints: [t for t in taints if not _is_disrupted(t)])
         log.info("untainted node", node=node)
 
     def create_claim(self, body: dict[str, Any]) -> None:
@@ -275,6 +279,7 @@ class Disruption:
                  metrics: DisruptionMetrics | None = None,
                  unplaceable: Callable[[], Collection[str]] = lambda: (),
                  on_created: Callable[[dict[str, Any]], None] | None = None,
+                 steerer: Steerer | None = None,
                  now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.options = options or DisruptionOptions()
         self._cache = cache
@@ -287,6 +292,8 @@ class Disruption:
         self._now = now
         self._stop = threading.Event()
         self._heartbeat: Callable[[], None] = lambda: None
+        #: evicts a decision's pods one destination at a time (``controller.steering``); None: the drain does
+        self._steerer = steerer
         self.history: list[PassRecord] = []
         #: the cluster as the last pass that found nothing saw it, and when (``_consolidated``)
         self._nothing_seen: tuple[object, ...] | None = None
@@ -474,6 +481,7 @@ class Disruption:
         if failure:
             return self._abandon(started, decision, "replacement", failure, tainted=True)
         nodes = [r.node for r in decision.plan.remove]
+        self._steer(decision)
         for node in nodes:  # from here on the decision is carried out: termination drains and deletes
             self._writer.delete_claim(decision.claims[node])
             self._count_disrupted(decision, node)
@@ -486,6 +494,25 @@ class Disruption:
         self._event_on_pools(decision, "Normal", "Consolidated", decision.describe())
         return PassRecord(started, "disrupted", decision.describe(), plan=decision.plan, removed=nodes,
                           replacements=list(decision.replacements))
+
+    def _steer(self, decision: Decision) -> None:
+        """Move the decision's pods where it packed them (``controller.steering``); the drain evicts the rest."""
+        if self._steerer is None or not decision.plan.moves:
+            return
+        claims = {str((c.get("metadata") or {}).get("name")): c for c in self._cache.items("NodeClaim")}
+        node_of = {planned.name: claim_node_name(claims.get(name) or decision.replacements[name])
+                   for planned, name in zip(decision.plan.node_claims, decision.replacements, strict=False)}
+        where = {m.pod: node_of.get(m.to, m.to) for m in decision.plan.moves}
+        steering = Steering(self._cache, self._steerer, heartbeat=self._heartbeat, stopped=self._stop.is_set)
+        try:
+            report = steering.move(where, {r.node for r in decision.plan.remove})
+        except Exception as err:  # the candidates are tainted and the replacements up: the drain carries on
+            log.warning(f"steered eviction failed, the drain evicts the rest: {type(err).__name__}: {err}",
+                        node=",".join(r.node for r in decision.plan.remove))
+            return
+        log.info(f"steered {report.evicted} eviction(s) in {report.waves} wave(s), {len(report.fenced)} node(s) "
+                 f"fenced{'; stopped: ' + report.stopped if report.stopped else ''}",
+                 node=",".join(r.node for r in decision.plan.remove))
 
     def _prepare(self, decision: Decision) -> str:
         """Taint the candidates, launch the replacements and wait for them; '' when they are all Initialized."""
@@ -555,6 +582,14 @@ class Disruption:
             if any(_is_disrupted(t) for t in (node.get("spec") or {}).get("taints") or []):
                 log.info(f"node carries a stale {wk.DISRUPTED_TAINT} taint; removing it", node=name)
                 self._writer.untaint(name)
+        steerer = self._steerer
+        if steerer is None:
+            return
+        for node in self._cache.items("Node"):
+            if any(is_steering(t) for t in (node.get("spec") or {}).get("taints") or []):  # a pass stopped mid-way
+                name = str((node.get("metadata") or {}).get("name"))
+                log.info(f"node carries a stale {STEERING_TAINT} taint; removing it", node=name)
+                steerer.fence(name, False)
 
     # -- observability ------------------------------------------------------------------------------------
     def _observe_candidates(self, result: ConsolidationResult) -> None:
@@ -630,5 +665,8 @@ def for_controller(api: client.ApiClient, cache: ClusterCache, provisioner: Prov
     snapshot = snapshot_source(lambda: provisioner.snapshot_objects({}), cache, lambda: unavailable.apply(catalog))
     observed = DisruptionMetrics(metrics.registry)
     observed.passes = lambda seconds, failed: metrics.reconciled("disruption", seconds, error=failed)
-    return Disruption(cache, KubeWriter(api, cache), snapshot, options=options, events=events,
-                      metrics=observed, unplaceable=unplaceable, on_created=created)
+    writer = KubeWriter(api, cache)
+    drainer = Drainer(api, cache, on_eviction=metrics.evicted)  # steered evictions count as the drain's do
+    steerer = KubeSteerer(writer.set_taints, drainer.evict) if options.steer else None
+    return Disruption(cache, writer, snapshot, options=options, events=events, metrics=observed,
+                      unplaceable=unplaceable, on_created=created, steerer=steerer)

@@ -126,7 +126,7 @@ class Drainer:
             if backoff is not None and now < backoff.next_try and not force:
                 status.blocked.append(key)
                 continue
-            outcome = self._delete(pod) if force else self._evict(pod)
+            outcome = self._delete(pod) if force else self.evict(pod)
             if self.on_eviction is not None:
                 self.on_eviction(key, outcome)
             if outcome == "blocked":
@@ -139,7 +139,8 @@ class Drainer:
                 status.evicted.append(key)
         return status
 
-    def _evict(self, pod: Mapping[str, Any]) -> str:
+    def evict(self, pod: Mapping[str, Any]) -> str:
+        """One eviction through the Eviction API: "evicted", "gone" or "blocked" (a PDB refused)."""
         meta = pod.get("metadata") or {}
         name, namespace = str(meta.get("name")), str(meta.get("namespace"))
         body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
