@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -104,7 +104,7 @@ def cluster(objects: list[dict[str, Any]]) -> ClusterCache:
 
 
 def disruption(cache: ClusterCache, writer: Writer, *, before_revalidation: Callable[[], None] | None = None,
-               **options: Any) -> tuple[Disruption, CollectorRegistry]:
+               steerer: Any = None, **options: Any) -> tuple[Disruption, CollectorRegistry]:
     """A ``Disruption`` over ``cache``; ``before_revalidation`` runs once, between the decision and its re-check."""
 
     def objects() -> list[dict[str, Any]]:
@@ -122,7 +122,7 @@ def disruption(cache: ClusterCache, writer: Writer, *, before_revalidation: Call
     registry = CollectorRegistry()
     opts = DisruptionOptions(**{"time_limit": 3.0, "validation_wait": 0.0, "replacement_timeout": 5.0, **options})
     d = Disruption(cache, writer, snapshot, options=opts, events=EventRecorder(None),
-                   metrics=DisruptionMetrics(registry), now=lambda: NOW)
+                   metrics=DisruptionMetrics(registry), now=lambda: NOW, steerer=steerer)
     return d, registry
 
 
@@ -341,6 +341,15 @@ def test_pods_the_last_batch_could_not_place_do_not_hold_consolidation_back() ->
     assert d.step().outcome == "disrupted"
 
 
+def _busy_pass(cache: ClusterCache, d: Disruption) -> None:
+    """One pass while a pod is pending: busy, so the pass does nothing but its clean-up."""
+    pending = running("p", "", "100m")
+    pending["spec"].pop("nodeName", None)
+    pending["status"] = {"phase": "Pending"}
+    cache.upsert("Pod", pending)
+    assert d.step().outcome == "busy"
+
+
 def test_a_stale_disrupted_taint_is_removed() -> None:
     cache = cluster([on_demand_pool(), *keeper_and_target()])
     writer = FakeWriter(cache, _initialized)
@@ -350,11 +359,7 @@ def test_a_stale_disrupted_taint_is_removed() -> None:
     cache.upsert("Node", foreign)  # no NodeClaim of ours: someone else's taint, left alone
     writer.calls.clear()
     d, _ = disruption(cache, writer)
-    pending = running("p", "", "100m")
-    pending["spec"].pop("nodeName", None)
-    pending["status"] = {"phase": "Pending"}
-    cache.upsert("Pod", pending)  # busy: nothing else happens in this pass
-    assert d.step().outcome == "busy"
+    _busy_pass(cache, d)
     assert writer.calls == [("untaint", "keeper")]
 
 
@@ -507,3 +512,68 @@ def test_a_pass_hands_the_next_the_target_it_stepped_toward(monkeypatch: pytest.
     assert d._consolidate_options().gap == DisruptionOptions().decision_gap > 0
     d._target = dataclasses.replace(target, solved_at=time.monotonic() - module.CONSOLIDATED_FOR)
     assert d._consolidate_options().target is None
+
+
+class RecordingSteerer:
+    """A steerer that records into the writer's call list: fences, and evictions the pods' kubelet finishes at
+    once with each pod's ReplicaSet binding its replacement to the one node not fenced (or not at all)."""
+
+    def __init__(self, writer: FakeWriter, cache: ClusterCache) -> None:
+        self.writer = writer
+        self.cache = cache
+        self.fenced: set[str] = set()
+        self.landed: dict[str, str] = {}
+
+    def fence(self, node: str, on: bool) -> None:
+        self.writer.calls.append(("fence" if on else "unfence", node))
+        (self.fenced.add if on else self.fenced.discard)(node)
+
+    def evict(self, pod: Mapping[str, Any]) -> str:
+        name = pod["metadata"]["name"]
+        self.writer.calls.append(("evict", name))
+        open_nodes = sorted(str(n["metadata"]["name"]) for n in self.cache.items("Node")
+                            if str(n["metadata"]["name"]) not in self.fenced
+                            and not any(t["key"] == wk.DISRUPTED_TAINT for t in n["spec"].get("taints") or []))
+        self.landed[name] = open_nodes[0] if len(open_nodes) == 1 else ""
+        return "evicted"
+
+
+def test_a_decision_steers_its_evictions_between_the_replacements_launch_and_the_candidates_deletion() -> None:
+    """The 1→2 split: both replacements are created and Initialized, then the two pods of ``big-0`` are
+    evicted one destination at a time — each while the other replacement is fenced, so each would land on
+    the replacement the decision planned it onto — every fence is lifted, and only then is ``big-0``'s
+    NodeClaim deleted (its drain finds the pods gone or going)."""
+    cache = cluster(split_cluster())
+
+    def joined(body: dict[str, Any]) -> dict[str, Any]:  # Initialized, so its Node is there
+        cache.upsert("Node", {"kind": "Node", "metadata": {"name": body["metadata"]["name"], "labels": {}},
+                              "spec": {}})
+        return _initialized(body)
+
+    writer = FakeWriter(cache, joined)
+    steerer = RecordingSteerer(writer, cache)
+    d, _ = disruption(cache, writer, steerer=steerer, replacement_timeout=1.0)
+    record = d.step()
+    assert record.outcome == "disrupted", record.detail
+    kinds = writer.kinds()
+    assert kinds[:3] == ["taint", "create", "create"] and kinds[-1] == "delete"
+    assert sorted(name for kind, name in writer.calls if kind == "evict") == ["batch-0", "sidecar-0"]
+    assert kinds.index("evict") > kinds.index("create") and steerer.fenced == set()
+    planned = {m.pod.split("/")[1]: m.to for m in record.plan.moves} if record.plan is not None else {}
+    created = [name for kind, name in writer.calls if kind == "create"]
+    by_planned = dict(zip([c.name for c in record.plan.node_claims], created, strict=True)) if record.plan else {}
+    assert steerer.landed == {pod: by_planned[to] for pod, to in planned.items()}
+
+
+def test_a_stale_steering_taint_is_removed() -> None:
+    """A steering taint a pass left behind (the controller stopped mid-way) is lifted by the next pass."""
+    cache = cluster([on_demand_pool(), *keeper_and_target()])
+    writer = FakeWriter(cache, _initialized)
+    steerer = RecordingSteerer(writer, cache)
+    keeper = copy.deepcopy(cache.informers["Node"].get("keeper"))
+    assert keeper is not None
+    keeper["spec"]["taints"] = [{"key": "nodeplan.io/steering", "effect": "PreferNoSchedule"}]
+    cache.upsert("Node", keeper)
+    d, _ = disruption(cache, writer, steerer=steerer)
+    _busy_pass(cache, d)
+    assert writer.calls == [("unfence", "keeper")]
