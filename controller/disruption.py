@@ -568,7 +568,8 @@ class Disruption:
 
     def _untaint_stale(self) -> None:
         """A disrupted taint on a node whose NodeClaim (ours) is not being deleted was left by an interrupted
-        pass. Nodes without a NodeClaim are someone else's: left alone."""
+        pass. Nodes without a NodeClaim are someone else's: left alone. A steering taint is ours on any node,
+        and no pass is steering while this runs."""
         claims = self._cache.items("NodeClaim")
         managed = {claim_node_name(c) for c in claims}
         # an interrupted claim's node stays tainted while its replacements launch (``controller.interruption``)
@@ -577,19 +578,15 @@ class Disruption:
         for node in self._cache.items("Node"):
             meta = node.get("metadata") or {}
             name = str(meta.get("name"))
+            taints = (node.get("spec") or {}).get("taints") or []
+            if self._steerer is not None and any(is_steering(t) for t in taints):
+                log.info(f"node carries a stale {STEERING_TAINT} taint; removing it", node=name)
+                self._steerer.fence(name, False)
             if meta.get("deletionTimestamp") or name in deleting or name not in managed:
                 continue
-            if any(_is_disrupted(t) for t in (node.get("spec") or {}).get("taints") or []):
+            if any(_is_disrupted(t) for t in taints):
                 log.info(f"node carries a stale {wk.DISRUPTED_TAINT} taint; removing it", node=name)
                 self._writer.untaint(name)
-        steerer = self._steerer
-        if steerer is None:
-            return
-        for node in self._cache.items("Node"):
-            if any(is_steering(t) for t in (node.get("spec") or {}).get("taints") or []):  # a pass stopped mid-way
-                name = str((node.get("metadata") or {}).get("name"))
-                log.info(f"node carries a stale {STEERING_TAINT} taint; removing it", node=name)
-                steerer.fence(name, False)
 
     # -- observability ------------------------------------------------------------------------------------
     def _observe_candidates(self, result: ConsolidationResult) -> None:

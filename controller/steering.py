@@ -118,7 +118,8 @@ class Steering:
             report.fenced = sorted(fenced)
             for i, dest in enumerate(order):
                 if i:
-                    fence(dest, False)
+                    if dest in fenced:
+                        fence(dest, False)
                     if order[i - 1] in fenceable:
                         fence(order[i - 1], True)
                 why = self._wave(waves[dest], removed, report)
