@@ -103,6 +103,48 @@ class Matrices:
         return cls(costs=np.array([float(b.cost) for b in bins]), values=class_values(bins, sizes, held),
                    fit=held.T * compatible)
 
+    def floored(self, bins: list[Bin], cpu_axis: int, floor: int) -> Matrices:
+        """The same, with new bins of less than ``floor`` on ``cpu_axis`` closed to every class that some bin
+        of at least that size (or an existing node) holds: the construction then opens only large nodes, and
+        decoding's shrink moves each to the cheapest type that holds what it got."""
+        small = np.array([not b.existing and b.capacity[cpu_axis] < floor for b in bins], dtype=bool)
+        fit = self.fit.copy()
+        elsewhere = fit[~small].any(axis=0)
+        fit[np.ix_(small, elsewhere)] = 0
+        return Matrices(costs=self.costs, values=self.values, fit=fit)
+
+
+def forced_nodes(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, first_counter: int) -> int:
+    """The fewest new nodes the per-node counters (axes from ``first_counter`` on) leave any plan of ``demand``:
+    on each, its demand over the most one new node holds. Hostname anti-affinity makes it the number of
+    owners; resources are left out (what they force is what the largest nodes hold, no reason to open more)."""
+    new = [b.capacity[first_counter:] for b in bins if not b.existing]
+    if not new or sizes.shape[1] <= first_counter:
+        return 0
+    most = np.max(np.array(new, dtype=float), axis=0)
+    total = demand.astype(float) @ sizes[:, first_counter:]
+    held = most > 0
+    return int(np.max(np.ceil(total[held] / most[held]), initial=0.0))
+
+
+def size_floor(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, cpu_axis: int, first_counter: int
+               ) -> int | None:
+    """The smallest new-bin size on ``cpu_axis`` at which the nodes the rules force (``forced_nodes``) hold the
+    batch's demand on that axis; None when that is the smallest size there is (nothing to close).
+
+    Why: the construction judges a fill bin by bin. Where per-node counters force many nodes (one pod per node of
+    a hostname anti-affinity group), it opens each as the smallest bin that holds its owner, fills that well,
+    and opens other nodes for the rest; on a catalog whose sizes double (KWOK's) the forced nodes are then
+    stranded half empty. Opening the forced nodes at the size that lets them take the batch avoids that
+    (Karpenter's diverse mix on KWOK, 1,000 pods: 415 nodes, 17.35 $/h → 201 nodes, 15.14 $/h)."""
+    forced = forced_nodes(bins, sizes, demand, first_counter)
+    sizes_of = sorted({int(b.capacity[cpu_axis]) for b in bins if not b.existing})
+    if len(sizes_of) < 2 or forced < 2:
+        return None
+    total = float(demand.astype(float) @ sizes[:, cpu_axis])
+    floor = next((size for size in sizes_of if forced * size >= total), sizes_of[-1])
+    return floor if floor > sizes_of[0] else None
+
 
 def construct(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, limits: dict[tuple[int, str], int],
               deadline: float, finish_per_unit: float = 0.0, matrices: Matrices | None = None,
