@@ -433,7 +433,8 @@ def _related_draw(held: list[np.ndarray], admits: Callable[[int, np.ndarray], bo
 
 
 def reconstruct(problem: Problem, bins: list[Bin], placement: Placement, limits: dict[tuple[int, str], int],
-                deadline: float, *, seed: int, max_iterations: int | None = None) -> tuple[Placement, int, int]:
+                deadline: float, *, seed: int, max_iterations: int | None = None, matrices: Matrices | None = None
+                ) -> tuple[Placement, int, int]:
     """Large-neighbourhood search whose repair is the construction: destroy a share of the new nodes (a random
     draw among the worst filled, then a random draw among all, in turn), build patterns for their pods with
     ``construct`` over every new bin, and keep the new nodes when they hold all those pods for less. On 10,000
@@ -441,11 +442,12 @@ def reconstruct(problem: Problem, bins: list[Bin], placement: Placement, limits:
     few hundred at a time with the construction's fills is what a cut-short construction would have done to
     them. Works on the placement itself (a pattern lists every class: 4,603 of them at 50,000 diverse pods), so
     each step costs what its own nodes do. Existing nodes are kept as they are. Returns (the placement, the
-    steps that improved it, the steps)."""
+    steps that improved it, the steps). ``matrices``: the construction's, when the plan came from a floored one
+    (``Matrices.floored``): its nodes are re-built the way they were built."""
     rng = random.Random(seed)
     class_of = problem.class_of()
     units = [c.unit for c in problem.classes]
-    matrices = Matrices.of(bins, problem.sizes)
+    matrices = matrices or Matrices.of(bins, problem.sizes)
     listed_values = matrices.values.tolist()
     prices = [t.price_micros for t in problem.templates]
     pool_of = {pool.name: i for i, pool in enumerate(problem.pools)}

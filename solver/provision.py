@@ -314,6 +314,8 @@ class _Run:
     decided_after: str | None = None
     #: will column generation run (``colgen_fits``, decided before the construction)?
     colgen_ahead: bool = True
+    #: the floored construction's matrices when its plan was kept (``reconstruct`` re-builds with them)
+    floored: Matrices | None = None
 
     @property
     def greedy_patterns(self) -> dict[Pattern, int]:
@@ -465,6 +467,7 @@ class _Run:
             placement = shrink(self.problem, placement)
         if self.offer(placement, "construct"):
             self.warm = self.placement
+            self.floored = matrices if floored else None
             if floored:
                 self.stats.notes.append("pattern construction: the floored one (large nodes, then shrunk) was "
                                         "cheaper")
@@ -492,7 +495,8 @@ class _Run:
         with self.stats.stage("lns"):
             if len(self.placement.new_nodes) > RECONSTRUCT_ABOVE:
                 rebuilt, improved, iterations = reconstruct(self.problem, self.bins, self.placement, self.limits,
-                                                            self.deadline - 0.2, seed=self.options.seed)
+                                                            self.deadline - 0.2, seed=self.options.seed,
+                                                            matrices=self.floored)
                 if improved:
                     self.offer(rebuilt, "lns")
             else:

@@ -14,7 +14,7 @@ from model.instancetype import MICRO
 from model.labels import INSTANCE_TYPE
 from model.resources import CPU
 from solver.decode import decode, shrink
-from solver.lns import Matrices, construct, forced_nodes, size_floor
+from solver.lns import Matrices, construct, forced_nodes, reconstruct, size_floor
 from solver.placement import Placement
 from solver.problem import Problem
 from solver.provision import SolveOptions, _Stats, to_plan
@@ -124,3 +124,19 @@ def test_solve_keeps_the_floored_construction_where_it_is_cheaper() -> None:
     result = solve_verified(snapshot, time_limit=5.0)
     assert any("floored one" in note for note in result.plan.solver.notes)
     assert result.plan.cost.total * MICRO <= floored_cost + 1
+
+
+def test_reconstruct_rebuilds_a_floored_plan_with_its_own_matrices_never_dearer_and_verified() -> None:
+    snapshot, problem, bins, demand, limits = _diverse()
+    cpu = problem.axes.index(CPU)
+    floor = size_floor(bins, problem.sizes, demand, cpu, problem.resource_axes)
+    assert floor is not None
+    matrices = Matrices.of(bins, problem.sizes).floored(bins, cpu, floor)
+    start = shrink(problem, decode(problem, bins, construct(bins, problem.sizes, demand, limits,
+                                                           time.monotonic() + 60, matrices=matrices)))
+    rebuilt, _, iterations = reconstruct(problem, bins, start, limits, time.monotonic() + 60, seed=1,
+                                         max_iterations=6, matrices=matrices)
+    assert iterations == 6
+    assert sorted(p.key for n in rebuilt.new_nodes for p in n.pods) == \
+        sorted(p.key for n in start.new_nodes for p in n.pods)
+    assert _verified(snapshot, problem, rebuilt) <= start.cost_micros(problem)
