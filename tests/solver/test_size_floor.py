@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from bench.diverse import diverse_objects, karpenter_generic_objects
+from bench.diverse import diverse_objects, karpenter_benchmark_catalog, karpenter_generic_objects
 from model.instancetype import MICRO
 from model.labels import INSTANCE_TYPE
 from model.resources import CPU
@@ -140,3 +140,12 @@ def test_reconstruct_rebuilds_a_floored_plan_with_its_own_matrices_never_dearer_
     assert sorted(p.key for n in rebuilt.new_nodes for p in n.pods) == \
         sorted(p.key for n in start.new_nodes for p in n.pods)
     assert _verified(snapshot, problem, rebuilt) <= start.cost_micros(problem)
+
+
+def test_a_catalog_stepping_one_vcpu_at_a_time_gets_no_floor() -> None:
+    """On Karpenter's 400-type catalog (sizes one vCPU apart) the same batch forces as many nodes, but the next
+    size below the floor is within ``FINE_STEP`` of it: nothing is closed (floored, it came out dearer there)."""
+    snapshot = snapshot_of(_bench(diverse_objects(PODS, seed=42)), catalog=karpenter_benchmark_catalog())
+    problem, bins, demand, _ = _compiled(snapshot)
+    assert forced_nodes(bins, problem.sizes, demand, problem.resource_axes) == PODS // 5
+    assert size_floor(bins, problem.sizes, demand, problem.axes.index(CPU), problem.resource_axes) is None
