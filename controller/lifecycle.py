@@ -78,7 +78,10 @@ class Lifecycle:
         self._unbound: dict[str, dict[str, Any]] = {}
         self._planned: dict[str, set[str]] = {}
         #: node → room left for pods nominated to it from now on (built when first needed in a pass)
+        #: this pass's room per node asked about (``_room_on``), the Nodes' allocatable and the pods on each node
         self._room: dict[str, Resources] | None = None
+        self._allocatable: dict[str, Resources] = {}
+        self._on_node: dict[str, list[Mapping[str, Any]]] = {}
         #: pod UID → when nodeplan wrote its nomination (monotonic) and the pod's resourceVersion then: until the
         #: watch shows a newer version of the pod the nomination is not written again
         self._written: dict[str, tuple[float, str]] = {}
@@ -388,26 +391,37 @@ class Lifecycle:
     def _take_room(self, node: str, pod: Mapping[str, Any]) -> bool:
         """Does ``pod`` still fit on ``node`` beside the pods bound to it and the pods nominated to it? If so its
         requests are taken from the room left."""
-        if self._room is None:
-            self._room = self._rooms()
-        left = self._room.get(node)
+        left = self._room_on(node)
         requests = self._requests(pod)
         if left is None or requests is None or not requests.fits_in(left):
             return False
+        assert self._room is not None
         self._room[node] = left - requests
         return True
 
-    def _rooms(self) -> dict[str, Resources]:
-        """Node → allocatable less the requests of the pods bound to it and of the pending pods nominated to it."""
-        room = node_allocatable(self._cache)
-        for pod in self._cache.items("Pod"):
-            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                continue
-            node = str((pod.get("spec") or {}).get("nodeName") or (pod.get("status") or {}).get("nominatedNodeName"))
-            requests = self._requests(pod) if node in room else None
-            if requests is not None:
-                room[node] = room[node] - requests
-        return room
+    def _room_on(self, node: str) -> Resources | None:
+        """``node``'s allocatable less the requests of the pods bound to it and of the pending pods nominated to it
+        (None for a Node the cache does not hold), worked out once a pass and only for the nodes asked about:
+        summing every pod's requests on every node each pass was 1.8 of the controller's 18 CPU s in a
+        1,000-pod scale-out."""
+        if self._room is None:
+            self._room, self._allocatable = {}, node_allocatable(self._cache)
+            self._on_node = {}
+            for pod in self._cache.items("Pod"):
+                if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                    continue
+                spec, status = pod.get("spec") or {}, pod.get("status") or {}
+                self._on_node.setdefault(str(spec.get("nodeName") or status.get("nominatedNodeName")), []).append(pod)
+        if node not in self._room:
+            room = self._allocatable.get(node)
+            if room is None:
+                return None
+            for on in self._on_node.get(node, ()):
+                requests = self._requests(on)
+                if requests is not None:
+                    room = room - requests
+            self._room[node] = room
+        return self._room[node]
 
     def _requests(self, pod: Mapping[str, Any]) -> Resources | None:
         return pod_requests(self._cache, pod)
