@@ -77,8 +77,8 @@ class Lifecycle:
         self.unavailable = unavailable or UnavailableOfferings()
         self._unbound: dict[str, dict[str, Any]] = {}
         self._planned: dict[str, set[str]] = {}
-        #: node → room left for pods nominated to it from now on (built when first needed in a pass)
-        #: this pass's room per node asked about (``_room_on``), the Nodes' allocatable and the pods on each node
+        #: node → room left for pods nominated to it from now on, per node asked about in this pass (``_room_on``);
+        #: the Nodes' allocatable and the pods bound or nominated to each node, read once a pass
         self._room: dict[str, Resources] | None = None
         self._allocatable: dict[str, Resources] = {}
         self._on_node: dict[str, list[Mapping[str, Any]]] = {}
