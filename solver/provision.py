@@ -426,20 +426,21 @@ class _Run:
             matrices = Matrices.of(self.bins, self.problem.sizes)
             started = time.monotonic()
             self._construct(matrices, end, per_unit, floored=False)
-            floor = self._size_floor()
+            spent = time.monotonic() - started
             # the second construction may stretch the share to what a batch without column generation gives it:
             # on such batches column generation and the dive have rarely beaten the construction (KWOK diverse
             # 5,000 pods: 2.4 s for nothing), the floored construction saves 5 %
             stretched = max(end, now + seconds * (1 - CONSTRUCT_RESERVE) - DECODE_PER_UNIT * units)
-            if floor is not None and time.monotonic() + (time.monotonic() - started) <= stretched:
-                self._construct(matrices.floored(self.bins, self.problem.axes.index(CPU), floor), stretched,
-                                per_unit, floored=True)
+            if time.monotonic() + spent <= stretched and (floored := self._floored(matrices)) is not None:
+                self._construct(floored, stretched, per_unit, floored=True)
 
-    def _size_floor(self) -> int | None:
+    def _floored(self, matrices: Matrices) -> Matrices | None:
+        """``matrices`` with the bins below ``solver.lns.size_floor`` closed, None when there is no floor."""
         if CPU not in self.problem.axes:
             return None
-        return size_floor(self.bins, self.problem.sizes, self.demand, self.problem.axes.index(CPU),
-                          self.problem.resource_axes)
+        cpu = self.problem.axes.index(CPU)
+        floor = size_floor(self.bins, self.problem.sizes, self.demand, cpu, self.problem.resource_axes)
+        return None if floor is None else matrices.floored(self.bins, cpu, floor)
 
     def _construct(self, matrices: Matrices, end: float, per_unit: float, *, floored: bool) -> None:
         """One construction over ``matrices``, decoded, finished greedily when cut short and there is time, and
