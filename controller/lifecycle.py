@@ -29,6 +29,7 @@ from controller.logs import claim_fields, get_logger
 from controller.metrics import Metrics
 from controller.offerings import UnavailableOfferings
 from controller.provisioner import (
+    discard_answer,
     may_nominate,
     node_allocatable,
     nominate,
@@ -398,7 +399,7 @@ class Lifecycle:
         patch = [{"op": "replace" if (node.get("spec") or {}).get("taints") is not None else "add",
                   "path": "/spec/taints", "value": taints}]
         patch += [{"op": "add", "path": f"/metadata/labels/{_escape(k)}", "value": v} for k, v in labels.items()]
-        self._core.patch_node(node["metadata"]["name"], patch)
+        discard_answer(self._core.patch_node(node["metadata"]["name"], patch, _preload_content=False))
         self._set_status(raw, {"conditions": _with_condition(raw, "Registered", "True", "Registered")})
         if self._metrics is not None:
             self._metrics.node_registered(raw)
@@ -412,7 +413,7 @@ class Lifecycle:
 
     def _patch_node_labels(self, node: Mapping[str, Any], labels: Mapping[str, str]) -> None:
         patch = [{"op": "add", "path": f"/metadata/labels/{_escape(k)}", "value": v} for k, v in labels.items()]
-        self._core.patch_node(node["metadata"]["name"], patch)
+        discard_answer(self._core.patch_node(node["metadata"]["name"], patch, _preload_content=False))
 
     def _set_status(self, raw: dict[str, Any], status: dict[str, Any]) -> None:
         name = raw["metadata"]["name"]

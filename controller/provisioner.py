@@ -249,6 +249,14 @@ def may_nominate(pod: Mapping[str, Any], node: str, ours: Iterable[str]) -> bool
 NOMINATION_MANAGER = "nodeplan-nomination"
 
 
+def discard_answer(response: Any) -> None:
+    """Read an answer asked for with ``_preload_content=False`` to its end and give its connection back to the pool,
+    unparsed: deserializing a whole Pod or Node into the client's models costs more CPU than the request."""
+    if hasattr(response, "release_conn"):
+        _ = response.data
+        response.release_conn()
+
+
 def nominate(core: client.CoreV1Api, pod: Mapping[str, Any], node: str, ours: Iterable[str]) -> bool:
     """Nominate ``pod`` to ``node`` if ``may_nominate`` allows it, by server-side apply of that one field, as
     KEP-5278 asks of external components: a nomination nodeplan applied earlier is nodeplan's to move, while one
@@ -264,12 +272,9 @@ def nominate(core: client.CoreV1Api, pod: Mapping[str, Any], node: str, ours: It
     try:
         # the answer (the whole Pod) is not read into objects: deserializing it costs more CPU than the request,
         # and nominations are written hundreds at a time right before an untaint
-        response: Any = core.patch_namespaced_pod_status(name, namespace, body, field_manager=NOMINATION_MANAGER,
-                                                    _content_type="application/apply-patch+yaml",
-                                                    _preload_content=False)
-        if hasattr(response, "release_conn"):
-            _ = response.data  # read to the end, so the connection goes back to the pool clean
-            response.release_conn()
+        discard_answer(core.patch_namespaced_pod_status(name, namespace, body, field_manager=NOMINATION_MANAGER,
+                                                        _content_type="application/apply-patch+yaml",
+                                                        _preload_content=False))
         return True
     except client.ApiException as err:
         if err.status not in (404, 409, 422):  # gone, nominated by the scheduler meanwhile, or bound

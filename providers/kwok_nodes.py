@@ -151,7 +151,7 @@ class KwokProvider:
         if not name:
             raise NodeClaimNotFoundError(f"not a KWOK providerID: {provider_id!r}")
         try:
-            node = self._core.api_client.sanitize_for_serialization(self._core.read_node(name))
+            node = self._core.read_node(name, _preload_content=False).json()
         except client.ApiException as err:
             if err.status != 404:
                 raise
@@ -160,7 +160,8 @@ class KwokProvider:
 
     def list(self) -> list[NodeClaim]:
         """Every KWOK Node a NodePool launched (labelled ``karpenter.sh/nodepool``, ``kwok://`` providerID)."""
-        raw = self._core.api_client.sanitize_for_serialization(self._core.list_node(label_selector=wk.NODEPOOL))
+        # read as JSON, not into the client's models and back (the garbage collector lists every pass)
+        raw = self._core.list_node(label_selector=wk.NODEPOOL, _preload_content=False).json()
         return [_claim_of_node(node) for node in cast(dict[str, Any], raw).get("items") or []
                 if str((node.get("spec") or {}).get("providerID") or "").startswith(PROVIDER_ID_PREFIX)]
 

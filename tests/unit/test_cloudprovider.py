@@ -92,7 +92,7 @@ class Api:
     def delete_node(self, name: str) -> None:
         self.calls.append(("delete_node", name))
 
-    def patch_node(self, name: str, body: Any) -> None:
+    def patch_node(self, name: str, body: Any, **kwargs: Any) -> None:
         self.calls.append(("patch_node", (name, body)))
 
     def patch_namespaced_pod_status(self, name: str, namespace: str, body: Any) -> None:

@@ -28,7 +28,7 @@ class Recorder:
         self.cache = cache
         self.clears: dict[str, int] = {}
 
-    def patch_node(self, name: str, body: Any) -> None:
+    def patch_node(self, name: str, body: Any, **kwargs: Any) -> None:
         self.calls.append(("patch_node", (name, body)))
 
     def patch_namespaced_pod_status(self, name: str, namespace: str, body: Any, **apply: Any) -> None:

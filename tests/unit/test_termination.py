@@ -21,7 +21,7 @@ class FakeApi(FakeCore):
         super().__init__()
         self.calls: list[tuple[str, Any]] = []
 
-    def patch_node(self, name: str, body: Any) -> None:
+    def patch_node(self, name: str, body: Any, **kwargs: Any) -> None:
         self.calls.append(("patch_node", body))
 
     def patch_cluster_custom_object_status(self, group: str, version: str, plural: str, name: str, body: Any
@@ -181,7 +181,7 @@ def test_created_claims_and_kwok_nodes_carry_the_finalizer_and_delete_releases_t
         def read_node(self, name: str) -> Any:
             return SimpleNamespace(metadata=SimpleNamespace(finalizers=self.finalizers))
 
-        def patch_node(self, name: str, body: Any) -> None:
+        def patch_node(self, name: str, body: Any, **kwargs: Any) -> None:
             self.calls.append(("patch", body))
 
     core = Core(["other/finalizer", FINALIZER])
