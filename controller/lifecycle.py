@@ -199,19 +199,28 @@ class Lifecycle:
 
     def _register_concurrently(self, launched: list[dict[str, Any]], nodes: Mapping[str, dict[str, Any]]
                                ) -> set[str]:
-        """Untaint every joining Node at once rather than one after another: each millisecond between the first
-        untaint and the last is time in which the scheduler may try a pod against its still-tainted node (and
-        drop its nomination). Returns the names of the claims registered."""
+        """Untaint every joining Node at once, and only then record each claim Registered: each millisecond between
+        the first untaint and the last is time in which the scheduler tries pods whose nominated node is still
+        tainted, and such a pod is bound into room left on a node untainted first (planned for others) or fails and
+        loses its nomination. Session 23's aws-like run: 13 claims registered over 246 ms, one untaint and one
+        status write each in turn, and 6 pods nominated to the later ones were bound to earlier ones in that window.
+        Returns the names of the claims registered."""
         joining = [(raw, nodes[claim_node_name(raw)]) for raw in launched if claim_node_name(raw) in nodes]
         if len(joining) < 2:
             return set()  # one (or none): ``reconcile`` registers it
 
-        def register(item: tuple[dict[str, Any], dict[str, Any]]) -> str | None:
-            done = self._guarded(item[0], lambda raw: self._register(raw, item[1]))
+        def untaint(item: tuple[dict[str, Any], dict[str, Any]]) -> bool:
+            return bool(self._guarded(item[0], lambda raw: self._untaint(raw, item[1])))
+
+        def record(item: tuple[dict[str, Any], dict[str, Any]]) -> str | None:
+            done = self._guarded(item[0], lambda raw: self._record_registered(raw, item[1]))
             return str(item[0]["metadata"]["name"]) if done else None
 
         with ThreadPoolExecutor(max_workers=min(16, len(joining))) as pool:
-            return {name for name in pool.map(register, joining) if name is not None}
+            started = time.monotonic()
+            untainted = [item for item, ok in zip(joining, list(pool.map(untaint, joining)), strict=True) if ok]
+            log.info(f"untainted {len(untainted)} node(s) in {time.monotonic() - started:.3f}s")
+            return {name for name in pool.map(record, untainted) if name is not None}
 
     @staticmethod
     def _guarded(raw: dict[str, Any], step: Callable[[dict[str, Any]], int]) -> int:
@@ -393,6 +402,12 @@ class Lifecycle:
         return _age(raw, "Initialized") <= self.bind_grace
 
     def _register(self, raw: dict[str, Any], node: dict[str, Any]) -> int:
+        self._untaint(raw, node)
+        return self._record_registered(raw, node)
+
+    def _untaint(self, raw: Mapping[str, Any], node: Mapping[str, Any]) -> int:
+        """Remove ``karpenter.sh/unregistered`` and sync the claim's labels (``karpenter.sh/registered`` among them)
+        onto the Node, in one patch."""
         labels = dict((raw.get("metadata") or {}).get("labels") or {})
         labels[wk.REGISTERED] = "true"
         taints = [t for t in (node.get("spec") or {}).get("taints") or [] if t.get("key") != wk.UNREGISTERED_TAINT]
@@ -400,6 +415,9 @@ class Lifecycle:
                   "path": "/spec/taints", "value": taints}]
         patch += [{"op": "add", "path": f"/metadata/labels/{_escape(k)}", "value": v} for k, v in labels.items()]
         discard_answer(self._core.patch_node(node["metadata"]["name"], patch, _preload_content=False))
+        return 1
+
+    def _record_registered(self, raw: dict[str, Any], node: Mapping[str, Any]) -> int:
         self._set_status(raw, {"conditions": _with_condition(raw, "Registered", "True", "Registered")})
         if self._metrics is not None:
             self._metrics.node_registered(raw)

@@ -10,6 +10,7 @@ import pytest
 from kubernetes import client
 
 from controller.cache import ClusterCache, Resource
+from controller.conditions import conditions_of
 from controller.lifecycle import Lifecycle
 from controller.provisioner import PODS_ANNOTATION
 from model.nodepool import NodeClaim, NodeClaimStatus
@@ -122,6 +123,34 @@ def test_registration_waits_for_every_launched_node() -> None:
     cache.upsert("Node", {"metadata": {"name": "c2", "resourceVersion": "3", "labels": {}}, "spec": {},
                           "status": READY})
     assert lifecycle.reconcile_all() == 2
+
+
+def test_joining_nodes_are_all_untainted_before_any_claim_is_recorded_registered() -> None:
+    """A pod whose nominated node is still tainted while another node is already schedulable is bound into that
+    node's spare room, or fails and loses its nomination: the untaints go out together, the claims' status writes
+    after them."""
+    lifecycle, cache, recorder = setup()
+    lifecycle.reconcile_all()
+    for name in ("c2", "c3"):
+        cache.upsert("NodeClaim", {"metadata": {"name": name, "uid": f"{name}-uid", "resourceVersion": "5",
+                                                "annotations": {PODS_ANNOTATION: "[]"}}})
+    lifecycle.reconcile_all()  # launches c2 and c3
+    tainted = {"taints": [{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]}
+    for name in ("c1", "c2", "c3"):
+        cache.upsert("Node", {"metadata": {"name": name, "resourceVersion": "2", "labels": {}}, "spec": tainted,
+                              "status": READY})
+    recorder.calls.clear()
+    assert lifecycle.reconcile_all() == 3
+    steps = [(kind, args[0]) for kind, args in recorder.calls if kind in ("patch_node", "status")]
+    assert len(steps) == 6
+    assert sorted(name for kind, name in steps[:3] if kind == "patch_node") == ["c1", "c2", "c3"]
+    assert sorted(name for kind, name in steps[3:] if kind == "status") == ["c1", "c2", "c3"]
+    for kind, args in recorder.calls:
+        if kind == "patch_node":
+            assert {"op": "replace", "path": "/spec/taints", "value": []} in args[1]
+    registered = {c["metadata"]["name"]: conditions_of(c).get("Registered", {}).get("status")
+                  for c in cache.items("NodeClaim")}
+    assert registered == {"c1": "True", "c2": "True", "c3": "True"}
 
 
 def test_insufficient_capacity_marks_the_offering_and_stops() -> None:
