@@ -203,7 +203,7 @@ class Lifecycle:
         the first untaint and the last is time in which the scheduler tries pods whose nominated node is still
         tainted, and such a pod is bound into room left on a node untainted first (planned for others) or fails and
         loses its nomination. Session 23's aws-like run: 13 claims registered over 246 ms, one untaint and one
-        status write each in turn, and 6 pods nominated to the later ones were bound to earlier ones in that window.
+        status write each in turn, and 4 pods nominated to the later ones were bound to earlier ones in that window.
         Returns the names of the claims registered."""
         joining = [(raw, nodes[claim_node_name(raw)]) for raw in launched if claim_node_name(raw) in nodes]
         if len(joining) < 2:
