@@ -93,11 +93,14 @@ def test_pods_are_bound_to_their_planned_nodes(cluster: Cluster, workspace: clie
     # pkg/scheduler/framework/preemption/preemption.go "Specify nominatedNodeName to clear ..."), and each clear
     # requeues every pending pod; nodeplan nominates right before the untaint, once the pods are quiet, and puts
     # back what was cleared (controller.lifecycle), but pods the scheduler retries in that window still lose
-    # theirs: the count above shows it. What must hold: nearly every pod was planned before the scheduler bound
-    # it (a few land in room left on a node before their batch closes), and re-plans end (every pod Running
-    # above: no livelock) and are the scheduler's doing: nodeplan plans a pod again only once the scheduler
-    # dropped its nomination (room it no longer keeps, so another pod may have taken it) ...
-    assert result.planned >= 0.9 * total
+    # theirs: the count above shows it. What must hold: the share covers every pod a batch decided (the pods
+    # the scheduler bound into room left on a node before any batch took them up needed no plan: 23 of 300 in
+    # one CI run, so no fixed share of the total is asserted), and re-plans end (every pod Running above: no
+    # livelock) and are the scheduler's doing: nodeplan plans a pod again only once the scheduler dropped its
+    # nomination (room it no longer keeps, so another pod may have taken it) ...
+    decided = {key.split("/", 1)[1] for r in history for node in (*r.plan.node_claims, *r.plan.existing_nodes)
+               for key in node.pods}
+    assert decided and not decided - _planned_names(claims, pods), sorted(decided - _planned_names(claims, pods))
     # ... or once its planned node has no room left for it (``displaced_pods``: such a pod cannot fit there beside
     # what the node runs at the end and what its claim's other pods held) or its claim's bind grace ran out
     nodes = {n["metadata"]["name"]: n for n in (api.sanitize_for_serialization(x) for x in core.list_node().items)}
@@ -112,6 +115,14 @@ def test_pods_are_bound_to_their_planned_nodes(cluster: Cluster, workspace: clie
     assert not [p["metadata"]["name"] for p in pods if (p.get("status") or {}).get("nominatedNodeName")]
     # ... and batches are decided within the 1 % gap rather than at the 10 s limit
     assert statistics.median(seconds) < options.provisioner.solve_time_limit
+
+
+def _planned_names(claims: list[dict[str, Any]], pods: list[dict[str, Any]]) -> set[str]:
+    """The pods ``nodeplan_adherence`` counts as planned: listed on a NodeClaim or annotated with the running
+    node a plan put them on."""
+    listed = {str(uid) for c in claims for uid in json.loads(c["metadata"]["annotations"]["nodeplan.io/pods"])}
+    return {p["metadata"]["name"] for p in pods
+            if p["metadata"]["uid"] in listed or (p["metadata"].get("annotations") or {}).get("nodeplan.io/placed")}
 
 
 def _first_claim(uid: str, claims: list[dict[str, Any]]) -> dict[str, Any]:
