@@ -43,6 +43,7 @@ from controller.logs import get_logger, stage_fields
 from controller.metrics import Metrics
 from controller.offerings import UnavailableOfferings
 from controller.provisioner import GROUP, VERSION, Provisioner, claim_name, claim_node_name, nodeclaim_body
+from controller.rest import CoreApi
 from controller.steering import STEERING_TAINT, KubeSteerer, Steerer, Steering, is_steering
 from model import labels as wk
 from model.disruption import DisruptionPlan
@@ -107,7 +108,7 @@ class KubeWriter:
     """``Writer`` against the API server; writes are reflected in the cache at once."""
 
     def __init__(self, api: client.ApiClient, cache: ClusterCache) -> None:
-        self._core = client.CoreV1Api(api)
+        self._core = CoreApi(api)
         self._custom = client.CustomObjectsApi(api)
         self._cache = cache
 

@@ -25,6 +25,7 @@ from kubernetes import client
 from controller.batch import is_daemon_or_static, is_terminal, pod_key
 from controller.cache import ClusterCache
 from controller.logs import get_logger, pod_fields
+from controller.rest import CoreApi
 from model.labels import DISRUPTED_TAINT
 
 log = get_logger(__name__)
@@ -87,7 +88,7 @@ class Drainer:
     def __init__(self, api: client.ApiClient, cache: ClusterCache, *, clock: Callable[[], float] = time.monotonic,
                  initial_backoff: float = 1.0, max_backoff: float = 30.0, re_evict_after: float = 30.0,
                  on_eviction: EvictionHook | None = None) -> None:
-        self._core = client.CoreV1Api(api)
+        self._core = CoreApi(api)
         self._cache = cache
         self._clock = clock
         self._initial_backoff = initial_backoff
@@ -143,7 +144,7 @@ class Drainer:
         """One eviction through the Eviction API: "evicted", "gone" or "blocked" (a PDB refused)."""
         meta = pod.get("metadata") or {}
         name, namespace = str(meta.get("name")), str(meta.get("namespace"))
-        body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
         try:
             self._core.create_namespaced_pod_eviction(name, namespace, body)
         except client.ApiException as err:

@@ -35,6 +35,7 @@ from typing import Any, cast
 
 from kubernetes import client
 
+from controller.rest import CoreApi
 from controller.throttle import TokenBucket
 
 log = logging.getLogger(__name__)
@@ -141,7 +142,7 @@ class EventRecorder:
     def __init__(self, api: client.ApiClient | None, *, component: str = "nodeplan", instance: str = "",
                  clock: Callable[[], float] = time.time, dedup_window: float = 120.0, max_keys: int = 8192,
                  queue_size: int = 2048) -> None:
-        self._core = client.CoreV1Api(api) if api is not None else None
+        self._core = CoreApi(api) if api is not None else None
         self.component = component
         self.instance = instance or component
         self._clock = clock

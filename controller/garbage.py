@@ -22,6 +22,7 @@ from kubernetes import client
 
 from controller.cache import ClusterCache
 from controller.conditions import conditions_of
+from controller.rest import CoreApi
 from model.durations import epoch
 from model.nodepool import NodeClaim
 from providers.protocol import CloudProvider, NodeClaimNotFoundError
@@ -44,7 +45,7 @@ class CollectionResult:
 class GarbageCollector:
     def __init__(self, api: client.ApiClient, cache: ClusterCache, provider: CloudProvider, *, grace: float = 30.0,
                  interval: float = 10.0, clock: Callable[[], float] = time.time) -> None:
-        self._core = client.CoreV1Api(api)
+        self._core = CoreApi(api)
         self._custom = client.CustomObjectsApi(api)
         self._cache = cache
         self._provider = provider

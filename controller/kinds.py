@@ -5,8 +5,8 @@ snapshot`` (``cli.capture.kinds``), the start-up permission check and ``deploy/`
 They once did: the cache read Pods, Nodes, DaemonSets, NodePools and NodeClaims only while ``snapshot`` read
 PVCs too, so in-cluster every pod with a PersistentVolumeClaim was "claim not found" and never provisioned.
 Adding a kind here makes the controller watch it, the snapshot capture it, the permission check ask for it and
-the RBAC tests demand it. The list call is named (generated kubernetes-client class and method, or a CRD's
-plural) rather than imported, so ``cli`` can read the table without loading the client.
+the RBAC tests demand it. Every kind is listed and watched by its path (``controller.rest.collection_path``), so
+``cli`` can read the table without loading the client.
 """
 
 from __future__ import annotations
@@ -33,9 +33,6 @@ class ReadKind:
     why: str
     #: solver rules (``solver/rules/<name>.py``) or controller parts that read it
     readers: tuple[str, ...]
-    #: generated client class and its all-namespaces list method; empty for a CRD (listed by ``resource``)
-    client_api: str = ""
-    list_method: str = ""
     #: the provisioning snapshot holds it (False: consolidation only, added by ``controller.disruption``)
     provisioning: bool = True
 
@@ -48,52 +45,39 @@ class ReadKind:
         return self.api_version.rpartition("/")[2]
 
     def lister(self, api: Any) -> Lister:
-        """The list (and watch) call on ``api``, a ``kubernetes.client.ApiClient``."""
-        from kubernetes import client
+        """The list (and watch) call on ``api``, a ``kubernetes.client.ApiClient``: a plain request for every kind,
+        CRD or built-in (``controller.rest``), whose answer the caller reads itself."""
+        from controller.rest import lister
 
-        if not self.client_api:
-            custom = client.CustomObjectsApi(api)
-            group, version, plural = self.group, self.version, self.resource
-
-            def list_custom(**kwargs: Any) -> Any:
-                return custom.list_cluster_custom_object(group, version, plural, **kwargs)
-            return list_custom
-        return getattr(getattr(client, self.client_api)(api), self.list_method)  # type: ignore[no-any-return]
+        return lister(api, self.api_version, self.resource)
 
 
 READ: tuple[ReadKind, ...] = (
     ReadKind("Namespace", "v1", "namespaces", False, "namespace labels for namespaceSelector terms",
-             ("podaffinity", "antiaffinity", "topology"), "CoreV1Api", "list_namespace"),
+             ("podaffinity", "antiaffinity", "topology")),
     ReadKind("NodePool", "karpenter.sh/v1", "nodepools", False, "what may be launched: requirements, limits, "
              "taints, budgets", ("selection", "limits", "minvalues", "disruption")),
     ReadKind("NodeClaim", "karpenter.sh/v1", "nodeclaims", False, "in-flight capacity and the claims nodeplan "
              "launched", ("resources", "lifecycle", "disruption")),
-    ReadKind("Node", "v1", "nodes", False, "existing capacity", ("resources", "selection", "topology"),
-             "CoreV1Api", "list_node"),
+    ReadKind("Node", "v1", "nodes", False, "existing capacity", ("resources", "selection", "topology")),
     ReadKind("DaemonSet", "apps/v1", "daemonsets", True, "DaemonSet pods' overhead on new nodes",
-             ("daemonsets",), "AppsV1Api", "list_daemon_set_for_all_namespaces"),
+             ("daemonsets",)),
     ReadKind("PodDisruptionBudget", "policy/v1", "poddisruptionbudgets", True, "consolidation plans within "
-             "disruption allowances", ("disruption",), "PolicyV1Api",
-             "list_pod_disruption_budget_for_all_namespaces", provisioning=False),
+             "disruption allowances", ("disruption",), provisioning=False),
     ReadKind("StorageClass", "storage.k8s.io/v1", "storageclasses", False, "WaitForFirstConsumer binding and "
-             "allowedTopologies of unbound claims", ("volumes",), "StorageV1Api", "list_storage_class"),
-    ReadKind("CSINode", "storage.k8s.io/v1", "csinodes", False, "per-node CSI volume attach limits", ("volumes",),
-             "StorageV1Api", "list_csi_node"),
+             "allowedTopologies of unbound claims", ("volumes",)),
+    ReadKind("CSINode", "storage.k8s.io/v1", "csinodes", False, "per-node CSI volume attach limits", ("volumes",)),
     ReadKind("PersistentVolume", "v1", "persistentvolumes", False, "bound volumes' node affinity (zonal disks)",
-             ("volumes",), "CoreV1Api", "list_persistent_volume"),
+             ("volumes",)),
     ReadKind("PersistentVolumeClaim", "v1", "persistentvolumeclaims", True, "pods' claims: bound volume or "
-             "storage class", ("volumes",), "CoreV1Api", "list_persistent_volume_claim_for_all_namespaces"),
-    ReadKind("DeviceClass", "resource.k8s.io/v1", "deviceclasses", False, "DRA device selectors", ("dra",),
-             "ResourceV1Api", "list_device_class"),
-    ReadKind("ResourceClaim", "resource.k8s.io/v1", "resourceclaims", True, "pods' DRA claims", ("dra",),
-             "ResourceV1Api", "list_resource_claim_for_all_namespaces"),
+             "storage class", ("volumes",)),
+    ReadKind("DeviceClass", "resource.k8s.io/v1", "deviceclasses", False, "DRA device selectors", ("dra",)),
+    ReadKind("ResourceClaim", "resource.k8s.io/v1", "resourceclaims", True, "pods' DRA claims", ("dra",)),
     ReadKind("ResourceClaimTemplate", "resource.k8s.io/v1", "resourceclaimtemplates", True, "DRA claims not "
-             "generated yet", ("dra",), "ResourceV1Api", "list_resource_claim_template_for_all_namespaces"),
-    ReadKind("ResourceSlice", "resource.k8s.io/v1", "resourceslices", False, "devices nodes publish", ("dra",),
-             "ResourceV1Api", "list_resource_slice"),
+             "generated yet", ("dra",)),
+    ReadKind("ResourceSlice", "resource.k8s.io/v1", "resourceslices", False, "devices nodes publish", ("dra",)),
     ReadKind("Pod", "v1", "pods", True, "pending pods to place and bound pods taking room",
-             ("resources", "podaffinity", "antiaffinity", "topology", "ports", "volumes", "dra"),
-             "CoreV1Api", "list_pod_for_all_namespaces"),
+             ("resources", "podaffinity", "antiaffinity", "topology", "ports", "volumes", "dra")),
 )
 
 BY_KIND = {k.kind: k for k in READ}

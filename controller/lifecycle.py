@@ -37,6 +37,7 @@ from controller.provisioner import (
     planned_pod_uids,
     pod_requests,
 )
+from controller.rest import CoreApi
 from controller.termination import Terminator, claim_node_name
 from model import labels as wk
 from model.nodepool import NodeClaim
@@ -87,7 +88,7 @@ class Lifecycle:
         self._refused: dict[str, float] = {}
         self._registration_ready = True
         self._custom = client.CustomObjectsApi(api)
-        self._core = client.CoreV1Api(api)
+        self._core = CoreApi(api)
         self._cache = cache
         self._launcher = launcher
         self._metrics = metrics

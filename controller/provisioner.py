@@ -39,6 +39,7 @@ from controller.cache import ClusterCache
 from controller.kinds import PASSED_THROUGH
 from controller.logs import get_logger, stage_fields
 from controller.offerings import UnavailableOfferings
+from controller.rest import CoreApi
 from model import labels as wk
 from model.errors import InputError
 from model.instancetype import InstanceType
@@ -257,7 +258,7 @@ def discard_answer(response: Any) -> None:
         response.release_conn()
 
 
-def nominate(core: client.CoreV1Api, pod: Mapping[str, Any], node: str, ours: Iterable[str]) -> bool:
+def nominate(core: CoreApi, pod: Mapping[str, Any], node: str, ours: Iterable[str]) -> bool:
     """Nominate ``pod`` to ``node`` if ``may_nominate`` allows it, by server-side apply of that one field, as
     KEP-5278 asks of external components: a nomination nodeplan applied earlier is nodeplan's to move, while one
     the kube-scheduler wrote since (preemption, a binding cycle) is a field another manager owns, so the apply is
@@ -423,7 +424,7 @@ class Provisioner:
         self.unavailable = unavailable or UnavailableOfferings()
         self._owns = owns
         self._custom = client.CustomObjectsApi(api)
-        self._core = client.CoreV1Api(api)
+        self._core = CoreApi(api)
         self._cache = cache
         self._catalog = tuple(catalog)
         self._options = options

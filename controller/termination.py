@@ -29,6 +29,7 @@ from controller.drain import Drainer, DrainStatus, parse_duration
 from controller.logs import claim_fields, get_logger
 from controller.metrics import Metrics
 from controller.provisioner import TERMINATION_FINALIZER
+from controller.rest import CoreApi
 from model import labels as wk
 from model.nodepool import NodeClaim
 from providers.protocol import CloudProvider, NodeClaimNotFoundError
@@ -81,7 +82,7 @@ class Terminator:
 
     def __init__(self, api: client.ApiClient, cache: ClusterCache, provider: CloudProvider,
                  drainer: Drainer | None = None, *, metrics: Metrics | None = None) -> None:
-        self._core = client.CoreV1Api(api)
+        self._core = CoreApi(api)
         self._custom = client.CustomObjectsApi(api)
         self._cache = cache
         self._provider = provider

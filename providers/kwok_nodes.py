@@ -21,6 +21,7 @@ from typing import Any, cast
 
 from kubernetes import client
 
+from controller.rest import CoreApi, ResourceApi
 from model import labels as wk
 from model.instancetype import InstanceType, Offering
 from model.nodepool import NodeClaim, NodeClaimStatus, NodePool
@@ -46,8 +47,8 @@ class KwokProvider:
     name = "kwok"
 
     def __init__(self, api: client.ApiClient, catalog: Sequence[InstanceType]) -> None:
-        self._core = client.CoreV1Api(api)
-        self._resources = client.ResourceV1Api(api)
+        self._core = CoreApi(api)
+        self._resources = ResourceApi(api)
         self._types = {it.name: it for it in catalog}
 
     def supported_node_classes(self) -> Sequence[NodeClassKind]:
@@ -104,8 +105,7 @@ class KwokProvider:
         except client.ApiException as err:
             if err.status != 409:
                 raise
-            existing = self._core.read_node(claim.name)
-            uid = existing.metadata.uid if existing.metadata else ""
+            uid = str((self._core.read_node(claim.name).json().get("metadata") or {}).get("uid") or "")
         self.publish_devices(claim.name, body["metadata"]["labels"][wk.INSTANCE_TYPE], uid)
         return Launched(_claim_of_node(body, claim))
 
@@ -129,12 +129,12 @@ class KwokProvider:
         name = claim.status.node_name or _node_name(claim.status.provider_id) or claim.name
         try:
             self._core.delete_node(name)
-            node = self._core.read_node(name)
+            node = self._core.read_node(name).json()
         except client.ApiException as err:
             if err.status != 404:
                 raise
             raise NodeClaimNotFoundError(f"node {name} does not exist") from None
-        finalizers = list((node.metadata.finalizers if node.metadata else None) or [])
+        finalizers = list((node.get("metadata") or {}).get("finalizers") or [])
         if TERMINATION_FINALIZER not in finalizers:
             return
         patch = [{"op": "test", "path": "/metadata/finalizers", "value": finalizers},

@@ -22,7 +22,7 @@ class FakeCore:
         self.refuse: dict[str, int] = {}
 
     def create_namespaced_pod_eviction(self, name: str, namespace: str, body: Any) -> None:
-        assert body.metadata.name == name and body.metadata.namespace == namespace
+        assert body["metadata"] == {"name": name, "namespace": namespace} and body["kind"] == "Eviction"
         if self.refuse.get(name, 0) > 0:
             self.refuse[name] -= 1
             self.evictions.append(f"{name}:429")

@@ -179,7 +179,7 @@ def test_created_claims_and_kwok_nodes_carry_the_finalizer_and_delete_releases_t
                 raise client.ApiException(status=404)
 
         def read_node(self, name: str) -> Any:
-            return SimpleNamespace(metadata=SimpleNamespace(finalizers=self.finalizers))
+            return SimpleNamespace(json=lambda: {"metadata": {"finalizers": self.finalizers}})
 
         def patch_node(self, name: str, body: Any, **kwargs: Any) -> None:
             self.calls.append(("patch", body))

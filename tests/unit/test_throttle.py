@@ -22,7 +22,9 @@ from kubernetes import client, watch
 
 from controller import cache, throttle
 from controller.cache import ClusterCache, Informer, Resource
+from controller.kinds import BY_KIND
 from controller.metrics import Metrics
+from controller.rest import CoreApi
 from controller.run import api_client
 
 
@@ -41,6 +43,7 @@ class Seen:
     method: str
     path: str
     body: Any
+    content_type: str = ""
 
 
 class Server:
@@ -65,7 +68,8 @@ class Server:
                 raw = self.rfile.read(length) if length else b""
                 path = self.path.split("?", 1)[0]
                 with outer._lock:
-                    outer.seen.append(Seen(self.command, self.path, json.loads(raw) if raw else None))
+                    outer.seen.append(Seen(self.command, self.path, json.loads(raw) if raw else None,
+                                           self.headers.get("Content-Type") or ""))
                     queue = outer.script.get(path) or []
                     answer = queue.pop(0) if queue else outer.default.get(path, Answer(200, body=EMPTY))
                 payload = answer.body if isinstance(answer.body, bytes) else json.dumps(
@@ -164,7 +168,7 @@ def test_pod_status_patch_throttled_is_repeated(server: Server) -> None:
     clock = Clock()
     api, _, metrics = limited(server, clock)
     patch = {"status": {"nominatedNodeName": "default-abcde"}}
-    client.CoreV1Api(api).patch_namespaced_pod_status("web-0", "shop", patch)
+    CoreApi(api).patch_namespaced_pod_status("web-0", "shop", patch)
     sent = server.requests(path)
     assert [s.method for s in sent] == ["PATCH", "PATCH"] and sent[0].body == sent[1].body == patch
     assert clock.sleeps == [1.0]
@@ -236,9 +240,9 @@ def test_an_eviction_refused_by_a_pdb_is_left_to_the_drainer(server: Server) -> 
         "details": {"causes": [{"reason": "DisruptionBudget", "message": "The disruption budget web needs 2"}]}})
     clock = Clock()
     api, _, metrics = limited(server, clock)
-    eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name="web-0", namespace="shop"))
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "web-0", "namespace": "shop"}}
     with pytest.raises(client.ApiException) as raised:
-        client.CoreV1Api(api).create_namespaced_pod_eviction("web-0", "shop", eviction)
+        CoreApi(api).create_namespaced_pod_eviction("web-0", "shop", eviction)
     assert raised.value.status == 429 and len(server.requests(path)) == 1 and clock.sleeps == []
     assert metrics.value("nodeplan_api_throttled_requests_total", {"kind": "Pod"}) is None
 
@@ -258,7 +262,7 @@ def test_an_informers_list_is_retried_by_the_informer_alone(server: Server) -> N
     configuration.host = server.url
     api = client.ApiClient(configuration)
     limit = throttle.install(api, clock=clock, sleep=clock.sleep)
-    informers = ClusterCache({"Pod": Resource("Pod", "v1", client.CoreV1Api(api).list_pod_for_all_namespaces)})
+    informers = ClusterCache({"Pod": Resource("Pod", "v1", BY_KIND["Pod"].lister(api))})
     metrics = Metrics(informers)  # hooked to the cache and to the client, as the controller's
     metrics.instrument(api)
     waits: list[str] = []
