@@ -6,30 +6,40 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
 
 from controller.kinds import BY_KIND
 from controller.rest import CoreApi, ResourceApi, collection_path
-from tests.unit.test_throttle import Answer, Server, server  # noqa: F401 - the fixture
+from tests.unit.test_throttle import Answer, Server
+
+
+@pytest.fixture
+def api_server() -> Iterator[Server]:
+    """The local API server stand-in of ``test_throttle``: scripted answers, every request recorded."""
+    running = Server()
+    yield running
+    running.close()
+
 
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "u1", "finalizers": ["f"]}}
 
 
-def api_of(server: Server) -> client.ApiClient:
+def api_of(api_server: Server) -> client.ApiClient:
     configuration = client.Configuration()
-    configuration.host = server.url
+    configuration.host = api_server.url
     return client.ApiClient(configuration)
 
 
-def test_patch_types_follow_the_body_as_the_generated_client_chooses(server: Server) -> None:
-    core = CoreApi(api_of(server))
+def test_patch_types_follow_the_body_as_the_generated_client_chooses(api_server: Server) -> None:
+    core = CoreApi(api_of(api_server))
     core.patch_node("n1", {"metadata": {"labels": {"a": "b"}}})
     core.patch_node("n1", [{"op": "remove", "path": "/spec/taints/0"}])
     core.patch_namespaced_pod_status("p", "shop", {"status": {"nominatedNodeName": "n1"}},
                                      field_manager="nodeplan-nomination", _content_type="application/apply-patch+yaml")
-    sent = server.seen
+    sent = api_server.seen
     assert [(s.method, s.path, s.content_type) for s in sent] == [
         ("PATCH", "/api/v1/nodes/n1", "application/strategic-merge-patch+json"),
         ("PATCH", "/api/v1/nodes/n1", "application/json-patch+json"),
@@ -38,10 +48,10 @@ def test_patch_types_follow_the_body_as_the_generated_client_chooses(server: Ser
     assert sent[1].body == [{"op": "remove", "path": "/spec/taints/0"}]
 
 
-def test_answers_are_read_as_json_and_failures_raise_with_their_status(server: Server) -> None:
-    server.default["/api/v1/nodes/n1"] = Answer(200, body=NODE)
-    server.default["/api/v1/nodes/gone"] = Answer(404, body={"kind": "Status", "code": 404, "reason": "NotFound"})
-    core = CoreApi(api_of(server))
+def test_answers_are_read_as_json_and_failures_raise_with_their_status(api_server: Server) -> None:
+    api_server.default["/api/v1/nodes/n1"] = Answer(200, body=NODE)
+    api_server.default["/api/v1/nodes/gone"] = Answer(404, body={"kind": "Status", "code": 404, "reason": "NotFound"})
+    core = CoreApi(api_of(api_server))
     assert core.read_node("n1").json()["metadata"]["uid"] == "u1"
     with pytest.raises(client.ApiException) as raised:
         core.read_node("gone")
@@ -50,8 +60,8 @@ def test_answers_are_read_as_json_and_failures_raise_with_their_status(server: S
     assert core.delete_node("n1").status == 200
 
 
-def test_writes_go_to_the_paths_of_their_resources(server: Server) -> None:
-    api = api_of(server)
+def test_writes_go_to_the_paths_of_their_resources(api_server: Server) -> None:
+    api = api_of(api_server)
     core = CoreApi(api)
     core.create_node(NODE)
     core.delete_namespaced_pod("p", "shop")
@@ -61,29 +71,29 @@ def test_writes_go_to_the_paths_of_their_resources(server: Server) -> None:
     core.patch_namespaced_event("p.1", "shop", {"count": 2})
     core.list_node(label_selector="karpenter.sh/nodepool")
     ResourceApi(api).create_resource_slice({"kind": "ResourceSlice"})
-    assert [(s.method, s.path) for s in server.seen] == [
+    assert [(s.method, s.path) for s in api_server.seen] == [
         ("POST", "/api/v1/nodes"), ("DELETE", "/api/v1/namespaces/shop/pods/p"),
         ("POST", "/api/v1/namespaces/shop/pods/p/eviction"), ("POST", "/api/v1/namespaces/shop/events"),
         ("PATCH", "/api/v1/namespaces/shop/events/p.1"), ("GET", "/api/v1/nodes?labelSelector=karpenter.sh/nodepool"),
         ("POST", "/apis/resource.k8s.io/v1/resourceslices")]
-    assert server.seen[0].body == NODE
+    assert api_server.seen[0].body == NODE
 
 
-def test_every_read_kind_is_listed_and_watched_across_namespaces(server: Server) -> None:
+def test_every_read_kind_is_listed_and_watched_across_namespaces(api_server: Server) -> None:
     assert collection_path("v1", "pods") == "/api/v1/pods"
     assert collection_path("apps/v1", "daemonsets") == "/apis/apps/v1/daemonsets"
-    api = api_of(server)
+    api = api_of(api_server)
     response = BY_KIND["DaemonSet"].lister(api)(limit=500, _continue="tok", _request_timeout=60)
     assert response.json() == {"metadata": {}, "items": []}
     BY_KIND["Pod"].lister(api)(watch=True, resource_version="7", allow_watch_bookmarks=True, timeout_seconds=240)
-    assert [s.path for s in server.seen] == [
+    assert [s.path for s in api_server.seen] == [
         "/apis/apps/v1/daemonsets?limit=500&continue=tok",
         "/api/v1/pods?watch=true&resourceVersion=7&allowWatchBookmarks=true&timeoutSeconds=240"]
 
 
-def test_an_argument_the_generated_client_does_not_take_is_refused(server: Server) -> None:
+def test_an_argument_the_generated_client_does_not_take_is_refused(api_server: Server) -> None:
     with pytest.raises(TypeError, match="pretty"):
-        CoreApi(api_of(server)).read_node("n1", pretty=True)
+        CoreApi(api_of(api_server)).read_node("n1", pretty=True)
 
 
 def test_starting_the_controller_loads_none_of_the_generated_core_models() -> None:
