@@ -115,7 +115,7 @@ class KubeWriter:
     def set_taints(self, node: str, edit: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]) -> None:
         for attempt in range(5):
             try:
-                raw = cast(dict[str, Any], self._core.read_node(node, _preload_content=False).json())
+                raw = cast(dict[str, Any], self._core.read_node(node).json())
             except client.ApiException as err:
                 if err.status == 404:
                     return
@@ -127,7 +127,7 @@ class KubeWriter:
             patch = [{"op": "test", "path": "/metadata/resourceVersion", "value": raw["metadata"]["resourceVersion"]},
                      {"op": "replace" if current is not None else "add", "path": "/spec/taints", "value": wanted}]
             try:
-                updated = self._core.patch_node(node, patch, _preload_content=False)
+                updated = self._core.patch_node(node, patch)
             except client.ApiException as err:
                 if err.status in (409, 422) and attempt < 4:
                     continue  # changed under us: read again

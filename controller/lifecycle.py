@@ -29,7 +29,6 @@ from controller.logs import claim_fields, get_logger
 from controller.metrics import Metrics
 from controller.offerings import UnavailableOfferings
 from controller.provisioner import (
-    discard_answer,
     may_nominate,
     node_allocatable,
     nominate,
@@ -415,7 +414,7 @@ class Lifecycle:
         patch = [{"op": "replace" if (node.get("spec") or {}).get("taints") is not None else "add",
                   "path": "/spec/taints", "value": taints}]
         patch += [{"op": "add", "path": f"/metadata/labels/{_escape(k)}", "value": v} for k, v in labels.items()]
-        discard_answer(self._core.patch_node(node["metadata"]["name"], patch, _preload_content=False))
+        self._core.patch_node(node["metadata"]["name"], patch)
         return 1
 
     def _record_registered(self, raw: dict[str, Any], node: Mapping[str, Any]) -> int:
@@ -432,7 +431,7 @@ class Lifecycle:
 
     def _patch_node_labels(self, node: Mapping[str, Any], labels: Mapping[str, str]) -> None:
         patch = [{"op": "add", "path": f"/metadata/labels/{_escape(k)}", "value": v} for k, v in labels.items()]
-        discard_answer(self._core.patch_node(node["metadata"]["name"], patch, _preload_content=False))
+        self._core.patch_node(node["metadata"]["name"], patch)
 
     def _set_status(self, raw: dict[str, Any], status: dict[str, Any]) -> None:
         name = raw["metadata"]["name"]

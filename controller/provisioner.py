@@ -250,14 +250,6 @@ def may_nominate(pod: Mapping[str, Any], node: str, ours: Iterable[str]) -> bool
 NOMINATION_MANAGER = "nodeplan-nomination"
 
 
-def discard_answer(response: Any) -> None:
-    """Read an answer asked for with ``_preload_content=False`` to its end and give its connection back to the pool,
-    unparsed: deserializing a whole Pod or Node into the client's models costs more CPU than the request."""
-    if hasattr(response, "release_conn"):
-        _ = response.data
-        response.release_conn()
-
-
 def nominate(core: CoreApi, pod: Mapping[str, Any], node: str, ours: Iterable[str]) -> bool:
     """Nominate ``pod`` to ``node`` if ``may_nominate`` allows it, by server-side apply of that one field, as
     KEP-5278 asks of external components: a nomination nodeplan applied earlier is nodeplan's to move, while one
@@ -271,11 +263,10 @@ def nominate(core: CoreApi, pod: Mapping[str, Any], node: str, ours: Iterable[st
     body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
             "status": {"nominatedNodeName": node}}
     try:
-        # the answer (the whole Pod) is not read into objects: deserializing it costs more CPU than the request,
-        # and nominations are written hundreds at a time right before an untaint
-        discard_answer(core.patch_namespaced_pod_status(name, namespace, body, field_manager=NOMINATION_MANAGER,
-                                                        _content_type="application/apply-patch+yaml",
-                                                        _preload_content=False))
+        # the answer (the whole Pod) is left unparsed (``controller.rest``): nominations are written hundreds at a
+        # time right before an untaint
+        core.patch_namespaced_pod_status(name, namespace, body, field_manager=NOMINATION_MANAGER,
+                                         _content_type="application/apply-patch+yaml")
         return True
     except client.ApiException as err:
         if err.status not in (404, 409, 422):  # gone, nominated by the scheduler meanwhile, or bound

@@ -15,7 +15,6 @@ allocate claims on it as soon as it exists.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -99,9 +98,7 @@ class KwokProvider:
         publish its devices."""
         body = self.node_for(claim)
         try:
-            response: Any = self._core.create_node(cast(Any, body), _preload_content=False)
-            created = json.loads(response.data)
-            uid = created["metadata"]["uid"]
+            uid = self._core.create_node(body).json()["metadata"]["uid"]
         except client.ApiException as err:
             if err.status != 409:
                 raise
@@ -118,8 +115,7 @@ class KwokProvider:
         owner = {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid, "controller": True}
         for resource_slice in it.node_resource_slices(node_name):
             try:
-                self._resources.create_resource_slice(cast(Any, resource_slice.api(owner=owner)),
-                                                      _preload_content=False)
+                self._resources.create_resource_slice(resource_slice.api(owner=owner))
             except client.ApiException as err:
                 if err.status != 409:
                     raise
@@ -151,7 +147,7 @@ class KwokProvider:
         if not name:
             raise NodeClaimNotFoundError(f"not a KWOK providerID: {provider_id!r}")
         try:
-            node = self._core.read_node(name, _preload_content=False).json()
+            node = self._core.read_node(name).json()
         except client.ApiException as err:
             if err.status != 404:
                 raise
@@ -161,7 +157,7 @@ class KwokProvider:
     def list(self) -> list[NodeClaim]:
         """Every KWOK Node a NodePool launched (labelled ``karpenter.sh/nodepool``, ``kwok://`` providerID)."""
         # read as JSON, not into the client's models and back (the garbage collector lists every pass)
-        raw = self._core.list_node(label_selector=wk.NODEPOOL, _preload_content=False).json()
+        raw = self._core.list_node(label_selector=wk.NODEPOOL).json()
         return [_claim_of_node(node) for node in cast(dict[str, Any], raw).get("items") or []
                 if str((node.get("spec") or {}).get("providerID") or "").startswith(PROVIDER_ID_PREFIX)]
 
