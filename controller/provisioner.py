@@ -238,11 +238,22 @@ def may_nominate(pod: Mapping[str, Any], node: str, ours: Iterable[str]) -> bool
     """KEP-5278's rule for a component other than the scheduler: set ``status.nominatedNodeName`` while it is
     unset, and overwrite only a nomination it set itself (``ours``: the nodes nodeplan planned the pod onto).
     A nomination the scheduler made (preemption, a binding cycle with PreBind work) is left alone."""
-    current = str((pod.get("status") or {}).get("nominatedNodeName") or "")
+    current = _nominated_node(pod)
     if current == node:
         return False
-    return not current or current in set(ours) or current == \
-        ((pod.get("metadata") or {}).get("annotations") or {}).get(PLACED_ANNOTATION)
+    return not current or nominated_by_nodeplan(pod, ours)
+
+
+def nominated_by_nodeplan(pod: Mapping[str, Any], ours: Iterable[str]) -> bool:
+    """Is the pod's nomination one nodeplan wrote: onto a node it planned the pod onto (``ours``), or the running
+    node it placed the pod on (``nodeplan.io/placed``)?"""
+    current = _nominated_node(pod)
+    return bool(current) and (current in set(ours) or current == \
+        ((pod.get("metadata") or {}).get("annotations") or {}).get(PLACED_ANNOTATION))
+
+
+def _nominated_node(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("status") or {}).get("nominatedNodeName") or "")
 
 
 #: the field manager of nodeplan's nominations (server-side apply): the API server tells its writes of
@@ -272,6 +283,49 @@ def nominate(core: CoreApi, pod: Mapping[str, Any], node: str, ours: Iterable[st
         if err.status not in (404, 409, 422):  # gone, nominated by the scheduler meanwhile, or bound
             log.warning(f"could not nominate the pod: HTTP {err.status}", pod=f"{namespace}/{name}", node=node)
         return False
+
+
+def withdraw_nomination(core: CoreApi, pod: Mapping[str, Any]) -> bool:
+    """Take back the nomination nodeplan applied: server-side apply of the Pod without the field, so the API
+    server removes it only while nodeplan's field manager alone owns it (a value the scheduler wrote stays).
+    Returns whether the apply was accepted."""
+    meta = pod.get("metadata") or {}
+    name, namespace = str(meta.get("name")), str(meta.get("namespace"))
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}}
+    try:
+        core.patch_namespaced_pod_status(name, namespace, body, field_manager=NOMINATION_MANAGER,
+                                         _content_type="application/apply-patch+yaml")
+        return True
+    except client.ApiException as err:
+        if err.status not in (404, 409, 422):
+            log.warning(f"could not withdraw the nomination: HTTP {err.status}", pod=f"{namespace}/{name}")
+        return False
+
+
+def nominate_into_room(core: CoreApi, pod: Mapping[str, Any], node: str, ours: Iterable[str]) -> int:
+    """Nominate a pending pod the plan put into room on a running node so that the kube-scheduler retries it.
+
+    kube-scheduler 1.36 retries a pod NodeResourcesFit rejected only when a node is added or resized, an
+    assigned pod is deleted, or a nomination *moves* (it then treats the pod as gone from its old nominated
+    node and retries pods of equal or lower priority). Room freed by a nominated pod bound elsewhere raises no
+    such event (kubernetes#134859), nor does a first nomination, so a pod placed there waited for the
+    scheduler's 5-minute unschedulable flush. The nomination is therefore made to move: one nodeplan holds
+    elsewhere moves to ``node``; one it holds on ``node`` already, or one it has just written there, is withdrawn
+    and applied again. A nomination the scheduler made is left alone. Returns the number of writes."""
+    current = _nominated_node(pod)
+    if current and current != node:
+        return int(nominate(core, pod, node, ours))  # the move is the retry
+    writes = 0
+    if not current:
+        if not nominate(core, pod, node, ours):
+            return 0
+        writes = 1
+    elif not nominated_by_nodeplan(pod, ours):
+        return 0
+    if not withdraw_nomination(core, pod):
+        return writes
+    unset = {**pod, "status": {k: v for k, v in (pod.get("status") or {}).items() if k != "nominatedNodeName"}}
+    return writes + 1 + int(nominate(core, unset, node, ours))
 
 
 #: how many other instance types a NodeClaim may fall back to (Karpenter sends at most 60 to CreateFleet)
@@ -593,26 +647,24 @@ class Provisioner:
         return record
 
     def _mark_placed(self, plan: ProvisioningPlan, batch: Mapping[str, dict[str, Any]], joined: set[str]) -> None:
-        """Nominate pods the plan put into room left on a running node to that node and annotate them with it
-        (``nodeplan.io/placed``). The annotation records the decision; neither makes the scheduler retry:
-        kube-scheduler 1.36's queueing hints requeue a pod NodeResourcesFit rejected only on a node added or
-        resized or an assigned pod deleted (a status-only nomination is no pod update to it), so room freed by
-        another pod's nomination moving elsewhere waits for such an event or the scheduler's 5-minute
-        unschedulable flush (a known gap, see deploy/README.md)."""
+        """Nominate pods the plan put into room left on a running node to that node, so the scheduler retries
+        them there (``nominate_into_room``), and annotate them with it (``nodeplan.io/placed``) to record the
+        decision. Pods put on a NodeClaim whose Node has not registered are left to the lifecycle: it nominates
+        them, and the node's untainting makes the scheduler retry them."""
         unregistered = {claim_node_name(c) for c in self._cache.items("NodeClaim")
                         if _claim_name(c) in joined and _condition_time(c, "Registered") is None}
         ours = planned_nodes(self._cache.items("NodeClaim"))
+        placed = writes = 0
         for assignment in plan.existing_nodes:
             if assignment.name in unregistered:
-                continue  # its node's untainting makes the scheduler retry them (nominated to it by the lifecycle)
+                continue
             for key in assignment.pods:
                 pod = batch.get(key) or {}
                 meta = pod.get("metadata") or {}
                 if not meta:
                     continue
-                # the node exists: the placement is a nomination (KEP-5278), so the scheduler tries this node
-                # first and keeps the room against pods of equal or lower priority
-                nominate(self._core, pod, assignment.name, ours.get(str(meta.get("uid")), set()))
+                placed += 1
+                writes += nominate_into_room(self._core, pod, assignment.name, ours.get(str(meta.get("uid")), ()))
                 if (meta.get("annotations") or {}).get(PLACED_ANNOTATION) == assignment.name:
                     continue
                 try:
@@ -621,6 +673,8 @@ class Provisioner:
                 except client.ApiException as err:
                     if err.status not in (404, 409, 422):
                         raise
+        if placed:
+            log.info(f"placed {placed} pod(s) into room on running nodes", nomination_writes=writes)
 
     def _join_inflight(self, plan: ProvisioningPlan, uid_of: Mapping[str, str], record: BatchRecord) -> None:
         """Pods the plan put on an in-flight NodeClaim join its planned pods: covered, and nominated to its

@@ -117,31 +117,71 @@ def test_what_does_not_fit_the_leftover_room_gets_a_new_node() -> None:
     assert len(on_claim) == 1 and len(record.plan.node_claims[0].pods) == 1
 
 
-def test_pods_planned_onto_a_running_node_are_annotated_and_nominated() -> None:
+class NominationRecorder:
+    """The pod calls ``_mark_placed`` makes: annotations, and each server-side apply of the nomination — a node
+    name, or ``None`` for an apply without the field (the nomination withdrawn)."""
+
+    def __init__(self) -> None:
+        self.patched: list[tuple[str, Any]] = []
+        self.applied: list[tuple[str, str | None]] = []
+
+    def patch_namespaced_pod(self, name: str, namespace: str, body: Any) -> None:
+        self.patched.append((name, body))
+
+    def patch_namespaced_pod_status(self, name: str, namespace: str, body: Any, **apply: Any) -> None:
+        assert apply == {"field_manager": "nodeplan-nomination", "_content_type": "application/apply-patch+yaml"}
+        self.applied.append((name, (body.get("status") or {}).get("nominatedNodeName")))
+
+
+def running_node_setup() -> tuple[Provisioner, ClusterCache, FakeCustom, NominationRecorder]:
     provisioner, cache, custom = setup()
     cache.informers["NodeClaim"]._store.clear()
     cache.upsert("Node", {"metadata": {"name": "running", "resourceVersion": "1", "labels": {
         "karpenter.sh/nodepool": "general", "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}},
         "spec": {}, "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
                                "conditions": [{"type": "Ready", "status": "True"}]}})
-    patched: list[tuple[str, Any]] = []
+    recorder = NominationRecorder()
+    provisioner._core = recorder  # type: ignore[assignment]
+    return provisioner, cache, custom, recorder
 
-    nominated: list[tuple[str, Any]] = []
 
-    class Core:
-        def patch_namespaced_pod(self, name: str, namespace: str, body: Any) -> None:
-            patched.append((name, body))
-
-        def patch_namespaced_pod_status(self, name: str, namespace: str, body: Any, **apply: Any) -> None:
-            nominated.append((name, body["status"]["nominatedNodeName"]))
-
-    provisioner._core = Core()  # type: ignore[assignment]
+def test_pods_planned_onto_a_running_node_are_annotated_and_nominated() -> None:
+    provisioner, _, custom, recorder = running_node_setup()
     record = provisioner.provision(provisioner.pending())
     assert custom.created == [] and {p for n in record.plan.existing_nodes for p in n.pods} == {"ns/old-0", "ns/old-1"}
-    assert sorted(name for name, _ in patched) == ["old-0", "old-1"]
-    assert patched[0][1] == {"metadata": {"annotations": {"nodeplan.io/placed": "running"}}}
-    # the node exists: the placement is also their nomination (KEP-5278)
-    assert sorted(nominated) == [("old-0", "running"), ("old-1", "running")]
+    assert sorted(name for name, _ in recorder.patched) == ["old-0", "old-1"]
+    assert recorder.patched[0][1] == {"metadata": {"annotations": {"nodeplan.io/placed": "running"}}}
+    # the node exists: the placement is their nomination (KEP-5278), written, withdrawn and written again: the
+    # scheduler retries a pod it rejected for room when a nomination moves, not when a first one appears
+    for name in ("old-0", "old-1"):
+        assert [node for pod, node in recorder.applied if pod == name] == ["running", None, "running"]
+
+
+def test_a_nomination_is_moved_once_and_the_schedulers_own_is_left_alone() -> None:
+    provisioner, cache, _, recorder = running_node_setup()
+    moved, kept = pending("old-0", "1"), pending("old-1", "1")
+    # old-0: nodeplan had nominated it to the node it planned (its annotation names that node); old-1: the
+    # scheduler nominated it to the running node itself (a binding cycle), which nodeplan never takes over
+    moved["metadata"]["annotations"] = {"nodeplan.io/placed": "elsewhere"}
+    moved["status"]["nominatedNodeName"] = "elsewhere"
+    kept["status"]["nominatedNodeName"] = "running"
+    cache.upsert("Pod", moved)
+    cache.upsert("Pod", kept)
+    provisioner.provision(provisioner.pending())
+    assert recorder.applied == [("old-0", "running")]
+
+
+def test_a_nomination_nodeplan_holds_on_the_node_already_is_withdrawn_and_written_again() -> None:
+    provisioner, cache, _, recorder = running_node_setup()
+    for name in ("old-0", "old-1"):
+        pod = pending(name, "1")
+        pod["metadata"]["annotations"] = {"nodeplan.io/placed": "running"}
+        pod["status"]["nominatedNodeName"] = "running"
+        cache.upsert("Pod", pod)
+    provisioner.provision(provisioner.pending())
+    for name in ("old-0", "old-1"):
+        assert [node for pod, node in recorder.applied if pod == name] == [None, "running"]
+    assert recorder.patched == []  # already annotated
 
 
 def test_a_recorded_batch_replays_to_the_same_plan(tmp_path: Any) -> None:

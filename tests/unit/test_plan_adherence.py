@@ -257,19 +257,6 @@ def test_a_nomination_the_scheduler_wrote_since_the_cache_saw_the_pod_wins() -> 
     assert recorder.status == []
 
 
-def test_pods_planned_onto_a_running_node_are_nominated_to_it() -> None:
-    """The node exists, so the plan's placement is a nomination too: the scheduler tries that node first and
-    keeps the room for the pod against pods of equal or lower priority."""
-    provisioner, cache, _ = cluster()
-    cache.upsert("Node", node("running", "1900m"))
-    cache.upsert("Pod", pod("p", "1"))
-    recorder = Pods()
-    provisioner._core = recorder  # type: ignore[assignment]
-    record = provisioner.provision(provisioner.pending())
-    assert [(n.name, n.pods) for n in record.plan.existing_nodes] == [("running", ["ns/p"])]
-    assert recorder.status == [applied("p", "running")]
-
-
 # -- measuring adherence and decisions (make bench-controller, tests/e2e/test_plan_adherence.py) ------------
 
 def test_adherence_from_nodeplans_claims_counts_the_first_plan_and_re_plans() -> None:
