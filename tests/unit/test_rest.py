@@ -7,8 +7,10 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client
 
 from controller.kinds import BY_KIND
@@ -107,3 +109,25 @@ def test_starting_the_controller_loads_none_of_the_generated_core_models() -> No
     apis, models = out.rsplit(" ", 1)
     assert "core_v1_api" not in apis and "resource_v1_api" not in apis and "apps_v1_api" not in apis, apis
     assert int(models) < 50, out
+
+
+def test_requests_do_not_read_the_proxy_environment_again(tmp_path: Path, api_server: Server,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A token kubeconfig's refresh hook sets the host before every request; the proxy the client resolved while
+    loading stands (kubernetes-client would read every environment variable again each time)."""
+    import kubernetes.client.configuration as configuration
+    from controller.run import api_client
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "t",
+        "clusters": [{"name": "t", "cluster": {"server": api_server.url}}],
+        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
+        "users": [{"name": "t", "user": {"token": "secret"}}]}))
+    api = api_client(str(kubeconfig))
+    assert api.configuration.refresh_api_key_hook is not None  # the hook this is about
+    reads: list[int] = []
+    real = configuration.getproxies
+    monkeypatch.setattr(configuration, "getproxies", lambda: reads.append(1) or real())
+    CoreApi(api).read_node("n1")
+    assert reads == [] and len(api_server.requests("/api/v1/nodes/n1")) == 1
