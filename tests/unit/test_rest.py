@@ -116,6 +116,7 @@ def test_requests_do_not_read_the_proxy_environment_again(tmp_path: Path, api_se
     """A token kubeconfig's refresh hook sets the host before every request; the proxy the client resolved while
     loading stands (kubernetes-client would read every environment variable again each time)."""
     import kubernetes.client.configuration as configuration
+
     from controller.run import api_client
 
     kubeconfig = tmp_path / "kubeconfig"
