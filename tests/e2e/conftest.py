@@ -27,6 +27,10 @@ from model.snapshot import parse_objects
 ROOT = Path(__file__).resolve().parents[2]
 CONTROL_PLANE = ROOT / "hack" / "control-plane"
 CRDS = ROOT / "deploy" / "crds"
+#: how long a scale-out in these tests may take to have every pod Running: well inside the kube-scheduler's
+#: 5-minute unschedulable flush, so a pod the controller leaves waiting for that flush fails the test (a re-plan
+#: comes after the 15 s bind grace; the scheduler's backoff is at most 10 s)
+RUNNING_WITHIN = 150.0
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -26,7 +26,7 @@ from kubernetes import client
 from bench.workloads import KWOK_NODECLASS, deployment
 from controller.provisioner import ProvisionerOptions
 from controller.run import Controller, ControllerOptions
-from tests.e2e.conftest import CONTROL_PLANE, ROOT, Cluster, apply, load_yaml, wait_for
+from tests.e2e.conftest import CONTROL_PLANE, ROOT, RUNNING_WITHIN, Cluster, apply, load_yaml, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -292,11 +292,11 @@ def test_spread_anti_affinity_and_taints_all_run(cluster: Cluster, namespace: st
     with running(controller):
         for obj in (spread, anti, batch):
             apply(api, obj)
-        # up to 6 min: a pod the scheduler rejected for room that a moved nomination later freed waits for its
-        # 5-minute unschedulable flush (deploy/README.md, known gap; one CI run timed out at 180 s)
+        # well inside the kube-scheduler's 5-minute unschedulable flush, which a pod placed into room a bound
+        # nomination freed used to wait for (deploy/README.md; one CI run timed out at 180 s before the fix)
         wait_for(lambda: len(pods(api, namespace)) == 15 and all(p.status.phase == "Running"
                                                                  for p in pods(api, namespace)),
-                 360, interval=1.0, what="every pod Running")
+                 RUNNING_WITHIN, interval=1.0, what="every pod Running")
     elapsed = time.monotonic() - started
     nodes = {n.metadata.name: n for n in client.CoreV1Api(api).list_node().items}
     by_app: dict[str, list[Any]] = {}

@@ -25,7 +25,7 @@ from bench.controller_perf import nodeplan_adherence
 from bench.workloads import KWOK_NODECLASS, generic_deployment_objects
 from controller.provisioner import ProvisionerOptions
 from controller.run import Controller, ControllerOptions
-from tests.e2e.conftest import Cluster, apply, fits_beside_claim, open_workspace, wait_for
+from tests.e2e.conftest import RUNNING_WITHIN, Cluster, apply, fits_beside_claim, open_workspace, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -66,7 +66,7 @@ def test_pods_are_bound_to_their_planned_nodes(cluster: Cluster, workspace: clie
             pods = core.list_namespaced_pod(NAMESPACE).items
             return len(pods) == total and all(p.status.phase == "Running" for p in pods)
 
-        wait_for(all_running, 360, interval=1.0, what="every pod Running")
+        wait_for(all_running, RUNNING_WITHIN, interval=1.0, what="every pod Running")
         running_s = time.monotonic() - started
     finally:
         stop.set()

@@ -53,9 +53,10 @@ def pod(name: str, cpu: str, node_label: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def api(cluster: Cluster) -> Iterator[client.ApiClient]:
-    """The test's namespace; afterwards it and the two Nodes are deleted."""
-    api = cluster.api()
+def api(fresh_cluster: Cluster) -> Iterator[client.ApiClient]:
+    """The test's namespace on a control plane of its own: on the session's, another test's Node added or pod
+    deleted meanwhile is an event that retries P too. Afterwards the namespace and the two Nodes are deleted."""
+    api = fresh_cluster.api()
     generated = client.CoreV1Api(api)
     generated.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
     yield api
@@ -115,7 +116,7 @@ def test_a_pod_placed_into_room_freed_without_an_event_is_bound_at_once(api: cli
     time.sleep(QUIET_SECONDS)
     assert quiet(api), "a pod was deleted meanwhile: the premise cannot be checked"
     assert not (read(api, "p").get("spec") or {}).get("nodeName"), \
-        "the scheduler retried p without a nomination moving: kube-scheduler now raises an event here"
+        "the scheduler retried p before its nomination moved: another event, or a kube-scheduler that raises one here"
 
     # nodeplan's placement moves its nomination (withdrawn, applied again): the scheduler retries P and binds it,
     # often before the second write, which the API server then refuses for a bound pod
