@@ -267,12 +267,24 @@ def nominate(core: CoreApi, pod: Mapping[str, Any], node: str, ours: Iterable[st
     the kube-scheduler wrote since (preemption, a binding cycle) is a field another manager owns, so the apply is
     refused (409) and the scheduler's value stays; other status changes (its conditions) do not conflict.
     Returns whether the nomination was written."""
-    meta = pod.get("metadata") or {}
-    name, namespace = str(meta.get("name")), str(meta.get("namespace"))
     if (pod.get("spec") or {}).get("nodeName") or not may_nominate(pod, node, ours):
         return False
-    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
-            "status": {"nominatedNodeName": node}}
+    return _apply_nomination(core, pod, {"status": {"nominatedNodeName": node}})
+
+
+def withdraw_nomination(core: CoreApi, pod: Mapping[str, Any]) -> bool:
+    """Take back the nomination nodeplan applied: server-side apply of the Pod without the field, so the API
+    server removes it only while nodeplan's field manager alone owns it (a value the scheduler wrote stays).
+    Returns whether the apply was accepted."""
+    return _apply_nomination(core, pod, {})
+
+
+def _apply_nomination(core: CoreApi, pod: Mapping[str, Any], fields: Mapping[str, Any]) -> bool:
+    """Server-side apply of ``fields`` to the pod's status as nodeplan's nomination manager; False when the pod
+    is gone, bound, or the scheduler owns the nomination (404 / 409 / 422), logged for anything else."""
+    meta = pod.get("metadata") or {}
+    name, namespace = str(meta.get("name")), str(meta.get("namespace"))
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}, **fields}
     try:
         # the answer (the whole Pod) is left unparsed (``controller.rest``): nominations are written hundreds at a
         # time right before an untaint
@@ -280,25 +292,9 @@ def nominate(core: CoreApi, pod: Mapping[str, Any], node: str, ours: Iterable[st
                                          _content_type="application/apply-patch+yaml")
         return True
     except client.ApiException as err:
-        if err.status not in (404, 409, 422):  # gone, nominated by the scheduler meanwhile, or bound
-            log.warning(f"could not nominate the pod: HTTP {err.status}", pod=f"{namespace}/{name}", node=node)
-        return False
-
-
-def withdraw_nomination(core: CoreApi, pod: Mapping[str, Any]) -> bool:
-    """Take back the nomination nodeplan applied: server-side apply of the Pod without the field, so the API
-    server removes it only while nodeplan's field manager alone owns it (a value the scheduler wrote stays).
-    Returns whether the apply was accepted."""
-    meta = pod.get("metadata") or {}
-    name, namespace = str(meta.get("name")), str(meta.get("namespace"))
-    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}}
-    try:
-        core.patch_namespaced_pod_status(name, namespace, body, field_manager=NOMINATION_MANAGER,
-                                         _content_type="application/apply-patch+yaml")
-        return True
-    except client.ApiException as err:
         if err.status not in (404, 409, 422):
-            log.warning(f"could not withdraw the nomination: HTTP {err.status}", pod=f"{namespace}/{name}")
+            log.warning(f"could not apply the nomination: HTTP {err.status}", pod=f"{namespace}/{name}",
+                        nominated=(fields.get("status") or {}).get("nominatedNodeName", ""))
         return False
 
 

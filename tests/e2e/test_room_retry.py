@@ -14,7 +14,6 @@ nomination and P is bound to N.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -53,22 +52,12 @@ def pod(name: str, cpu: str, node_label: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def api(fresh_cluster: Cluster) -> Iterator[client.ApiClient]:
-    """The test's namespace on a control plane of its own: on the session's, another test's Node added or pod
-    deleted meanwhile is an event that retries P too. Afterwards the namespace and the two Nodes are deleted."""
+def api(fresh_cluster: Cluster) -> client.ApiClient:
+    """A client of a control plane of its own (gone after this module), with the test's namespace: on the
+    session's, another test's Node added or pod deleted meanwhile is an event that retries P too."""
     api = fresh_cluster.api()
-    generated = client.CoreV1Api(api)
-    generated.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    yield api
-    generated.delete_namespace(NAMESPACE, grace_period_seconds=0)
-    for name in ("room-retry-n", "room-retry-m"):
-        try:
-            generated.delete_node(name)
-        except client.ApiException as err:
-            if err.status != 404:
-                raise
-    wait_for(lambda: NAMESPACE not in [n.metadata.name for n in generated.list_namespace().items], 120,
-             interval=1.0, what="namespace deleted")
+    client.CoreV1Api(api).create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    return api
 
 
 def read(api: client.ApiClient, name: str) -> dict[str, Any]:
