@@ -32,6 +32,7 @@ from kubernetes import client
 
 from controller.decode import Decoder, NodeParser, PodParser, Shared
 from controller.kinds import READ
+from controller.podindex import PodIndex
 from controller.throttle import caller_retries, retry_after
 from model.snapshot import Snapshot, parse_object, parse_objects
 
@@ -124,6 +125,8 @@ class Store:
         self._objects: dict[str, dict[str, Object]] = {}
         self._models: dict[str, dict[str, Any]] = {}
         self.logs: list[ChangeLog] = []
+        #: kept as objects are written and removed (the Pod store's, ``controller.podindex``)
+        self.index: PodIndex | None = None
         for obj in objects:
             self.put(obj)
 
@@ -147,6 +150,8 @@ class Store:
         old = objects.get(name)
         objects[name] = obj
         self._models.get(namespace, {}).pop(name, None)
+        if self.index is not None:
+            self.index.replace(old, obj)
         for log in self.logs:
             log.note(namespace, name)
         return old
@@ -158,6 +163,8 @@ class Store:
         if objects is None or name not in objects:
             return default
         obj = objects.pop(name)
+        if self.index is not None:
+            self.index.replace(obj, None)
         if not objects:
             del self._objects[namespace]
             self._models.pop(namespace, None)
@@ -168,6 +175,8 @@ class Store:
     def clear(self) -> None:
         self._objects.clear()
         self._models.clear()
+        if self.index is not None:
+            self.index.reset(())
         for log in self.logs:
             log.lose()
 
@@ -230,6 +239,8 @@ class Informer:
         self._parse = parsers.get(resource.kind, parse_object)
         self._lock = threading.Lock()
         self._store = Store()
+        if resource.kind == "Pod":
+            self._store.index = PodIndex()
         self._stop = threading.Event()
         self._response: Any = None
         self._thread = threading.Thread(target=self._run, name=f"informer-{resource.kind}", daemon=True)
@@ -262,6 +273,11 @@ class Informer:
         with self._lock:
             self._store.keep(obj, model)
         return model
+
+    @property
+    def index(self) -> PodIndex | None:
+        """The store's index (Pods only), kept across re-lists."""
+        return self._store.index
 
     def changes(self) -> ChangeLog:
         """A change log of this informer's objects for one reader (``ChangeLog``)."""
@@ -386,6 +402,9 @@ class Informer:
         with self._lock:
             store.carry_models(self._store)
             store.logs = self._store.logs
+            store.index = self._store.index
+            if store.index is not None:
+                store.index.reset(store.values())
             for log in store.logs:
                 log.lose()  # what the new list holds is compared with what each reader kept
             self._store = store
@@ -538,6 +557,13 @@ class ClusterCache:
         """A change log of the objects of ``kind`` for one reader."""
         return self.informers[kind].changes()
 
+    @property
+    def pods(self) -> PodIndex:
+        """The cached pods by what the controller's loops ask of them on every pass (``controller.podindex``)."""
+        index = self.informers["Pod"].index
+        assert index is not None
+        return index
+
     def parsed(self, obj: Mapping[str, Any]) -> Any:
         """The model of one object (``model.snapshot.parse_object``), parsed once per cached version."""
         informer = self.informers.get(str(obj.get("kind")))
@@ -552,7 +578,8 @@ class ClusterCache:
 class FilteredCache(ClusterCache):
     """A view of ``cache`` without the objects ``keep(kind, obj)`` rejects: the parts of the controller that
     write (lifecycle, termination, garbage collection, consolidation) see only the NodeClaims of the NodePools
-    they own (``--nodepool-selector``), so another provisioner's claims are never launched, drained or deleted."""
+    they own (``--nodepool-selector``), so another provisioner's claims are never launched, drained or deleted.
+    ``pods`` indexes every cached pod: ``keep`` filters NodeClaims, never Pods."""
 
     def __init__(self, cache: ClusterCache, keep: Callable[[str, Object], bool]) -> None:  # the inner cache informs
         self._inner = cache

@@ -70,24 +70,35 @@ class Resources(Mapping[str, int]):
     def __repr__(self) -> str:
         return f"Resources({self.format()})"
 
+    @classmethod
+    def _of_ints(cls, items: dict[str, int]) -> Resources:
+        """A vector of amounts that are ints already (the sum or difference of two vectors): skips the
+        constructor's copy and conversion, which the per-node room sums and the solver's templates repeat
+        thousands of times a batch."""
+        out = cls.__new__(cls)
+        out._items = {k: v for k, v in sorted(items.items()) if v}
+        out._hash = None
+        return out
+
     def __add__(self, other: Mapping[str, int]) -> Resources:
         out = dict(self._items)
-        for k, v in other.items():
+        for k, v in _items(other):
             out[k] = out.get(k, 0) + v
-        return Resources(out)
+        return Resources._of_ints(out) if isinstance(other, Resources) else Resources(out)
 
     def __sub__(self, other: Mapping[str, int]) -> Resources:
         out = dict(self._items)
-        for k, v in other.items():
+        for k, v in _items(other):
             out[k] = out.get(k, 0) - v
-        return Resources(out)
+        return Resources._of_ints(out) if isinstance(other, Resources) else Resources(out)
 
     def scaled(self, factor: int) -> Resources:
         return Resources({k: v * factor for k, v in self._items.items()})
 
     def fits_in(self, capacity: Mapping[str, int]) -> bool:
         """True when every amount here is at most the same resource in ``capacity`` (missing = 0)."""
-        return all(v <= capacity.get(k, 0) for k, v in self._items.items() if v > 0)
+        room = capacity._items if isinstance(capacity, Resources) else capacity
+        return all(v <= room.get(k, 0) for k, v in self._items.items() if v > 0)
 
     def exceeding(self, capacity: Mapping[str, int]) -> list[str]:
         """Names of resources whose amount here is above ``capacity``."""
@@ -118,3 +129,8 @@ class Resources(Mapping[str, int]):
         return core_schema.no_info_plain_validator_function(
             validate, serialization=core_schema.plain_serializer_function_ser_schema(
                 lambda r: r.to_quantities()))
+
+
+def _items(vector: Mapping[str, int]) -> Iterable[tuple[str, int]]:
+    """A vector's (resource, amount) pairs; a ``Resources``' own dict's, not the generic Mapping view's."""
+    return vector._items.items() if isinstance(vector, Resources) else vector.items()

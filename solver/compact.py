@@ -15,7 +15,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from solver.bins import Bin
-from solver.cpsat import make_solver, solve_stopping
+from solver.cpsat import CpModel, make_solver, solve_stopping
 from solver.patterns import Pattern, node_limit
 
 
@@ -33,7 +33,7 @@ def solve_compact(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, limits
                   hint: dict[Pattern, int] | None = None, good_enough: int | None = None) -> CompactResult:
     """Cover ``demand`` exactly with at most ``slots[b]`` nodes of each bin, at least cost; with
     ``good_enough``, the search stops at the first plan costing no more (the caller's decision gap is met)."""
-    model = cp_model.CpModel()
+    model = CpModel()
     ks = [k for k in range(len(demand)) if demand[k] > 0]
     used: dict[tuple[int, int], cp_model.IntVar] = {}
     count: dict[tuple[int, int, int], cp_model.IntVar] = {}

@@ -9,6 +9,16 @@ from collections.abc import Callable
 from ortools.sat.python import cp_model
 
 
+class CpModel(cp_model.CpModel):
+    """A CP-SAT model without OR-Tools' camelCase aliases. ``CpModel.__init__`` binds a deprecated alias for each
+    of its add_/new_/clear_ methods on every instance (0.2 ms a model here), and column generation builds a
+    pricing model per bin type and round: about 0.3 s of the controller's CPU in a 1,000-pod scale-out.
+    nodeplan calls only the snake_case names."""
+
+    def _add_pre_pep8_methods(self) -> None:
+        pass
+
+
 def make_solver(time_limit: float, seed: int, workers: int, deterministic: bool) -> cp_model.CpSolver:
     """A CP-SAT solver. ``deterministic`` runs one search worker: same input and options give the same
     answer whenever the search ends before its time limit (racing workers would not). On five 100-pod

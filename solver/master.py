@@ -15,7 +15,7 @@ from ortools.sat.python import cp_model
 
 from solver.bins import Bin
 from solver.colgen import Objective
-from solver.cpsat import make_solver, solve_stopping
+from solver.cpsat import CpModel, make_solver, solve_stopping
 from solver.patterns import Pattern
 
 
@@ -41,7 +41,7 @@ def solve_master(bins: list[Bin], patterns: list[Pattern], demand: np.ndarray, o
     search that finds no better plan (``solver.cpsat.SearchStop``). The hint's own
     patterns are columns too: a warm start from a plan whose nodes column generation never priced (the dive's,
     greedy's) is otherwise no start at all — CP-SAT then spent a 60-pod batch's 7.7 s without reaching it."""
-    model = cp_model.CpModel()
+    model = CpModel()
     if hint:
         known = set(patterns)
         patterns = [*patterns, *(p for p in hint if p not in known)]

@@ -13,6 +13,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from solver.bins import Bin
+from solver.cpsat import CpModel
 
 VALUE_SCALE = 1_000  # duals are in micro-dollars already; 1e-3 of that is plenty
 
@@ -221,7 +222,7 @@ def exact_pricing(b: Bin, sizes: np.ndarray, values: np.ndarray, demand: np.ndar
     ``work_limit`` caps the search in CP-SAT's deterministic time, so the same knapsack gives the same answer
     however loaded the machine is (a wall-clock cap made plans of the same input differ under load);
     ``time_limit`` (wall seconds) is only the outer guard of the caller's deadline."""
-    model = cp_model.CpModel()
+    model = CpModel()
     ks = [k for k in range(len(sizes)) if b.compatible[k] and values[k] > 0 and demand[k] > 0]
     if not ks:
         return np.zeros(len(sizes), dtype=np.int64), 0.0

@@ -24,6 +24,7 @@ from ortools.sat.python import cp_model
 from model.instancetype import MICRO, price_micros
 from model.pod import Pod
 from solver.bins import Bin, build_bins
+from solver.cpsat import CpModel
 from solver.decode import shrink
 from solver.disruption.budgets import BudgetLimit
 from solver.disruption.candidates import CONSOLIDATION_REASONS, ClusterState, NodeState
@@ -122,7 +123,7 @@ class Model:
         self.demand = {k: np.bincount([self.class_of[p.key] for p in s.pods], minlength=n_classes)
                        for k, s in enumerate(candidates)}
         self.total = sum(self.demand.values(), np.zeros(n_classes, dtype=np.int64))
-        self.m = cp_model.CpModel()
+        self.m = CpModel()
         m = self.m
         # expired (forceful) and drifted nodes are not forced: an objective weight puts them first, so one
         # whose pods have nowhere to go cannot make the whole model infeasible
