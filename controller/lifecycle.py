@@ -127,10 +127,22 @@ class Lifecycle:
                 [c for c in launched if claim_node_name(c) in nodes], barrier) and barrier()
         registered = self._register_concurrently(launched, nodes) if self._registration_ready else set()
         writes += len(registered)
+        launching = [c for c in claims if _conditions(c).get("Launched", {}).get("status") not in ("True", "False")]
+        writes += self._launch_concurrently(launching)
+        done = registered | {str(c["metadata"]["name"]) for c in launching}
         for raw in claims:
-            if (raw.get("metadata") or {}).get("name") not in registered:  # one step per claim and pass
+            if (raw.get("metadata") or {}).get("name") not in done:  # one step per claim and pass
                 writes += self._guarded(raw, lambda c: self.reconcile(c, nodes))
         return writes
+
+    def _launch_concurrently(self, claims: list[dict[str, Any]]) -> int:
+        """Launch the new claims at once, as Karpenter's NodeClaim lifecycle reconciles them concurrently: one
+        after another, a batch's 13 KWOK Nodes took 1.3 s to create (a cloud's launch call takes seconds each),
+        and its nodes register together only once the last has launched. Returns the writes made."""
+        if len(claims) < 2:
+            return sum(self._guarded(raw, self._launch) for raw in claims)
+        with ThreadPoolExecutor(max_workers=min(LAUNCHERS, len(claims))) as pool:
+            return sum(pool.map(lambda raw: self._guarded(raw, self._launch), claims))
 
     def _refresh(self) -> None:
         """What this pass's nominations read: the unbound pods, and where nodeplan planned each of them."""
@@ -501,6 +513,8 @@ REWRITE_AFTER_SECONDS = 2.0
 REFUSED_FOR_SECONDS = 5.0
 #: concurrent nomination writes (each one request; the client's rate limiter still applies)
 NOMINATION_WRITERS = 16
+#: concurrent launches of new NodeClaims (``Lifecycle._launch_concurrently``)
+LAUNCHERS = 16
 
 
 def _resource_version(obj: Mapping[str, Any]) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any
 
@@ -387,3 +388,23 @@ def test_the_pods_the_scheduler_retries_first_are_nominated_last(monkeypatch: py
     cache.upsert("Pod", {**u1, "metadata": {**u1["metadata"], "resourceVersion": "9"}})  # failed more recently
     lifecycle.reconcile_all()
     assert [args[1] for kind, args in recorder.calls if kind == "nominate"] == ["u1", "u2"]
+
+
+def test_new_claims_are_launched_concurrently() -> None:
+    """A batch's claims launch at once, as Karpenter's lifecycle reconciles NodeClaims concurrently: a launcher
+    whose calls each wait for all three to be in flight would time out if they were made one after another."""
+    arrived = threading.Barrier(3, timeout=5.0)
+
+    class WaitingLauncher(FakeLauncher):
+        def create(self, claim: NodeClaim) -> Launched:
+            arrived.wait()  # BrokenBarrierError after 5 s unless the three launches overlap
+            return super().create(claim)
+
+    lifecycle, cache, _ = setup()
+    lifecycle._launcher = WaitingLauncher()
+    for name in ("c2", "c3"):
+        cache.upsert("NodeClaim", {"metadata": {"name": name, "uid": f"{name}-uid", "resourceVersion": "5",
+                                                "annotations": {PODS_ANNOTATION: "[]"}}})
+    assert lifecycle.reconcile_all() == 3
+    assert sorted(c["metadata"]["name"] for c in cache.items("NodeClaim")
+                  if conditions_of(c).get("Launched", {}).get("status") == "True") == ["c1", "c2", "c3"]
