@@ -35,6 +35,7 @@ from controller.provisioner import (
     planned_nodes,
     planned_pod_uids,
     pod_requests,
+    room_left,
 )
 from controller.rest import CoreApi
 from controller.termination import Terminator, claim_node_name
@@ -473,14 +474,10 @@ class NominationRoom:
     def _room(self, node: str) -> Resources | None:
         if self._allocatable is None:
             self._allocatable = node_allocatable(self._cache)
-        room = self._allocatable.get(node)
-        if room is None:
+        allocatable = self._allocatable.get(node)
+        if allocatable is None:
             return None
-        for on in self._cache.pods.on(node):
-            requests = pod_requests(self._cache, on)
-            if requests is not None:
-                room = room - requests
-        return room
+        return room_left(allocatable, self._cache.pods.on(node), lambda pod: pod_requests(self._cache, pod))
 
 
 def _with_initialized(raw: Mapping[str, Any]) -> list[dict[str, Any]]:

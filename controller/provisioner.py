@@ -173,6 +173,17 @@ def pod_requests(cache: ClusterCache, pod: Mapping[str, Any]) -> Resources | Non
         return None
 
 
+def room_left(allocatable: Resources, pods: Iterable[Mapping[str, Any]],
+              requests: Callable[[Mapping[str, Any]], Resources | None]) -> Resources:
+    """``allocatable`` less the requests of ``pods`` (one that cannot be read takes nothing)."""
+    room = allocatable
+    for pod in pods:
+        amount = requests(pod)
+        if amount is not None:
+            room = room - amount
+    return room
+
+
 def displaced_pods(claims: Iterable[Mapping[str, Any]], allocatable: Mapping[str, Resources], pods: PodIndex,
                    requests: Callable[[Mapping[str, Any]], Resources | None]) -> set[Displacement]:
     """(claim, pod) for the pending pods of ``claims`` whose claim's Node has joined (``allocatable``: node name →
@@ -193,11 +204,7 @@ def displaced_pods(claims: Iterable[Mapping[str, Any]], allocatable: Mapping[str
     owner = {node: (name, uids) for node, (name, uids) in owner.items() if any(uid in pending for uid in uids)}
     out: set[Displacement] = set()
     for node, bound in pods.bound_to(owner).items():
-        room = allocatable[node]
-        for pod in bound:
-            amount = requests(pod)
-            if amount is not None:
-                room = room - amount
+        room = room_left(allocatable[node], bound, requests)
         name, uids = owner[node]
         for uid in uids:
             waiting = pending.get(uid)
