@@ -302,10 +302,11 @@ def seed_patterns(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, per_cl
 
 def _exact_round(master: MasterLP, bins: list[Bin], sizes: np.ndarray, demand: np.ndarray,
                  objective: Objective, pi: np.ndarray, mu: dict[int, float], lam: dict[tuple[int, str], float],
-                 deadline: float, exact_time: float, pool: ThreadPoolExecutor, max_exact: int = 48
-                 ) -> tuple[int, dict[int, float] | None, bool]:
+                 deadline: float, exact_time: float, pool: ThreadPoolExecutor, max_exact: int = 48,
+                 pricing_gap: float = 0.0) -> tuple[int, dict[int, float] | None, bool]:
     """Price every bin: a fractional bound settles most; CP-SAT knapsacks (on the worker threads) price
-    the ``max_exact`` most promising of the rest, whose other members keep their fractional floor.
+    the ``max_exact`` most promising of the rest, whose other members keep their fractional floor. Each
+    knapsack may stop ``pricing_gap`` × its bin's price short of proving its pattern best.
     Returns the columns added, each bin's reduced-cost floor (None if time ran out mid-round), and
     whether promising bins were left unpriced."""
     floors: dict[int, float] = {}
@@ -324,7 +325,8 @@ def _exact_round(master: MasterLP, bins: list[Bin], sizes: np.ndarray, demand: n
         if remaining <= 0:
             break
         jobs.append((b, values, fixed, cheap,
-                     pool.submit(exact_pricing, b, sizes, values, demand, remaining, EXACT_WORK)))
+                     pool.submit(exact_pricing, b, sizes, values, demand, remaining, EXACT_WORK,
+                                 pricing_gap * float(b.cost))))
     added = 0
     complete_round = len(jobs) == min(len(candidates), max_exact)
     for b, values, fixed, cheap, future in jobs:
@@ -344,9 +346,13 @@ def _exact_round(master: MasterLP, bins: list[Bin], sizes: np.ndarray, demand: n
 def column_generation(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, objective: Objective,
                       limits: dict[tuple[int, str], int], initial: list[Pattern],
                       deadline: float, exact_time: float = 0.05, tolerance: float = 1e-4,
-                      workers: int = 2, known_bound: float = 0.0, known_slack: float = 0.0
-                      ) -> ColumnGenerationResult:
+                      workers: int = 2, known_bound: float = 0.0, known_slack: float = 0.0,
+                      pricing_gap: float = 0.0) -> ColumnGenerationResult:
     """Generate patterns until the LP is solved (or its bound is within ``tolerance``) or time is up.
+
+    ``pricing_gap`` lets each exact knapsack stop that share of its bin's price short of a proof: every floor
+    is then at most that much lower, so the Farley bound at most that share lower (θ moves by it) — a budget
+    the caller takes out of its own tolerance. The LP can then not be called converged on floors alone.
 
     ``known_bound`` is a bound the caller already holds (the resource-share bound): once the restricted LP's
     value is within ``known_slack`` of it, no LP bound can add more than that, and pricing stops (on generic
@@ -378,7 +384,7 @@ def column_generation(bins: list[Bin], sizes: np.ndarray, demand: np.ndarray, ob
         heuristic = bool(added)
         if not added:
             added, floors, left = _exact_round(master, bins, sizes, demand, objective, pi, mu, lam, deadline,
-                                               exact_time, pool, max_exact)
+                                               exact_time, pool, max_exact, pricing_gap)
             if floors is not None:
                 lower = max(lower, farley_bound(bins, value, floors))
                 final_floors, floor_value = floors, value

@@ -216,12 +216,15 @@ def fractional_upper_bound(b: Bin, sizes: np.ndarray, values: np.ndarray, demand
 
 
 def exact_pricing(b: Bin, sizes: np.ndarray, values: np.ndarray, demand: np.ndarray,
-                  time_limit: float = 1.0, work_limit: float | None = None) -> tuple[np.ndarray, float]:
+                  time_limit: float = 1.0, work_limit: float | None = None, gap_limit: float = 0.0
+                  ) -> tuple[np.ndarray, float]:
     """Best pattern for these values and an upper bound on its value (equal when proven optimal).
 
     ``work_limit`` caps the search in CP-SAT's deterministic time, so the same knapsack gives the same answer
     however loaded the machine is (a wall-clock cap made plans of the same input differ under load);
-    ``time_limit`` (wall seconds) is only the outer guard of the caller's deadline."""
+    ``time_limit`` (wall seconds) is only the outer guard of the caller's deadline. ``gap_limit`` (in value
+    units) stops the search once the bound is that close to the best pattern: the bound stays valid, only
+    less tight."""
     model = CpModel()
     ks = [k for k in range(len(sizes)) if b.compatible[k] and values[k] > 0 and demand[k] > 0]
     if not ks:
@@ -239,6 +242,11 @@ def exact_pricing(b: Bin, sizes: np.ndarray, values: np.ndarray, demand: np.ndar
         solver.parameters.max_deterministic_time = work_limit
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = 0
+    # presolve costs more than it saves on a knapsack of a few dozen variables: without it 395 pricing calls of
+    # two recorded aws-like batches took 4.7 ms each instead of 7.3, every answer and bound the same
+    solver.parameters.cp_model_presolve = False
+    if gap_limit > 0:
+        solver.parameters.absolute_gap_limit = gap_limit * VALUE_SCALE
     status = solver.solve(model)
     counts = np.zeros(len(sizes), dtype=np.int64)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):

@@ -130,6 +130,10 @@ COLGEN_TOLERANCE = 1e-4
 #: LP took 5–9 s of a 10 s limit for 0.1–0.3 % of bound (measured: half the gap decides 500–1,000 pods in
 #: 1–2.5 s at a 2 % gap; the whole gap left the bound at the looser share bound on 250 pods)
 COLGEN_KNOWN_SLACK = 0.5
+#: with a decision gap, each exact pricing knapsack may stop this share of column generation's tolerance (of its
+#: bin's price) short of a proof. Two recorded aws-like batches' 395 knapsacks: a tenth of a percent of the price
+#: cut their CPU by a third; the few that run into the work cap were still 0.03 % short of it when stopped
+PRICING_GAP_SHARE = 0.25
 #: with a decision gap, the proof gets at most this many seconds (or ``GAP_PROOF_SHARE`` of the time left,
 #: whichever is more): proofs that close do so in 0.06–0.65 s on the controller's aws-like 1,000-pod run, and
 #: one that did not (a 197-pod batch) ran 7.9 s of 10 without closing, the batch's whole latency; the master
@@ -538,13 +542,15 @@ class _Run:
             share = self.options.colgen_share
             if self.problem.conservative:
                 share = min(share, CONSERVATIVE_COLGEN_SHARE)
-            # the LP need not be solved closer than a quarter of the decision gap for the decision to hold
+            # the LP need not be solved closer than a quarter of the decision gap for the decision to hold, and
+            # each pricing knapsack not closer than a share of that (exact solves price exactly)
+            tolerance = max(COLGEN_TOLERANCE, self.options.gap / 4)
             self.cg = column_generation(self.bins, self.problem.sizes, self.demand, self.objective, self.limits,
                                         list(self.greedy_patterns), now + (self.deadline - now) * share,
-                                        workers=self.options.workers,
-                                        tolerance=max(COLGEN_TOLERANCE, self.options.gap / 4),
+                                        workers=self.options.workers, tolerance=tolerance,
                                         known_bound=self.bound if self.pure_cost else 0.0,
-                                        known_slack=self.options.gap * COLGEN_KNOWN_SLACK)
+                                        known_slack=self.options.gap * COLGEN_KNOWN_SLACK,
+                                        pricing_gap=tolerance * PRICING_GAP_SHARE if self.options.gap > 0 else 0.0)
         self.stats.patterns = len(self.cg.patterns)
         self.bound = self.cg.lower_bound if np.isfinite(self.cg.lower_bound) else 0.0
         if not self.cg.converged and self.pure_cost:

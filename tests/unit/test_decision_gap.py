@@ -208,3 +208,46 @@ def test_with_a_gap_the_proof_gets_a_capped_share_of_the_time_exact_solves_all_o
     given.clear()
     solve(snap, SolveOptions(time_limit=10.0, workers=1))
     assert len(given) == 1 and given[0] > 0.5 * 10.0
+
+
+def test_a_pricing_knapsack_stopped_at_its_gap_limit_still_bounds_the_best_pattern() -> None:
+    """``gap_limit``: the knapsack may stop short of a proof, but its bound is still an upper bound on every
+    pattern's value (the Farley bound rests on it) and is within the limit of the pattern it returns."""
+    import numpy as np
+
+    from solver.patterns import VALUE_SCALE, exact_pricing, node_limit
+    problem, bins, demand, _ = _compiled(200)
+    rng = np.random.default_rng(7)
+    stopped = 0
+    for b in bins[:12]:
+        values = rng.uniform(0.2, 1.0, len(demand)) * float(b.cost) / 4
+        exact, exact_bound = exact_pricing(b, problem.sizes, values, demand, 30.0)
+        best = float(values @ exact)
+        for limit in (float(b.cost) * 1e-3, float(b.cost)):
+            counts, bound = exact_pricing(b, problem.sizes, values, demand, 30.0, gap_limit=limit)
+            value = float(values @ counts)
+            slack = sum(node_limit(b, problem.sizes, demand, k) for k in range(len(demand))) / VALUE_SCALE
+            assert value <= best + 1e-6 and bound >= best - 1e-6
+            assert bound - value <= limit + slack
+            stopped += value < best - 1e-6
+        assert exact_bound >= best - 1e-6
+    assert stopped  # the loose limit did stop some searches at a worse pattern: the limit is applied
+
+
+def test_column_generation_with_a_pricing_gap_still_certifies_a_bound_within_its_tolerance() -> None:
+    """Knapsacks stopped ``pricing_gap`` short of a proof lower the floors, never past the LP optimum: the
+    bound stays below the exact LP's value and within the tolerance of the restricted LP."""
+    import time
+
+    import numpy as np
+
+    from solver.colgen import Objective, column_generation
+    problem, bins, demand, limits = _compiled(400)
+    objective = Objective(rank_weight=0, unscheduled_weight=max(b.cost for b in bins) * 10,
+                          best_rank=np.zeros(len(demand), dtype=np.int64))
+    full = column_generation(bins, problem.sizes, demand, objective, limits, [], time.monotonic() + 60)
+    gapped = column_generation(bins, problem.sizes, demand, objective, limits, [], time.monotonic() + 60,
+                               tolerance=0.005, pricing_gap=0.00125)
+    assert full.lp_value - full.lower_bound <= 1e-4 * full.lp_value
+    assert gapped.lower_bound <= full.lp_value + 1
+    assert gapped.lp_value - gapped.lower_bound <= 0.005 * gapped.lp_value
