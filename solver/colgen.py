@@ -306,7 +306,8 @@ def _exact_round(master: MasterLP, bins: list[Bin], sizes: np.ndarray, demand: n
                  pricing_gap: float = 0.0) -> tuple[int, dict[int, float] | None, bool]:
     """Price every bin: a fractional bound settles most; CP-SAT knapsacks (on the worker threads) price
     the ``max_exact`` most promising of the rest, whose other members keep their fractional floor. Each
-    knapsack may stop ``pricing_gap`` × its bin's price short of proving its pattern best.
+    knapsack may stop ``pricing_gap`` × its bin's price short of proving its pattern best, and a bin whose
+    fractional floor is already within that is not priced exactly at all.
     Returns the columns added, each bin's reduced-cost floor (None if time ran out mid-round), and
     whether promising bins were left unpriced."""
     floors: dict[int, float] = {}
@@ -316,7 +317,7 @@ def _exact_round(master: MasterLP, bins: list[Bin], sizes: np.ndarray, demand: n
         fixed = master.fixed_price(b, mu, lam)
         cheap = fractional_upper_bound(b, sizes, values, demand)
         floors[b.index] = fixed - cheap
-        if fixed - cheap < -EPS:
+        if fixed - cheap < -max(EPS, pricing_gap * float(b.cost)):
             candidates.append((fixed - cheap, b.index, b, values, fixed, cheap))
     candidates.sort(key=lambda item: (item[0], item[1]))
     jobs = []
