@@ -132,7 +132,7 @@ COLGEN_TOLERANCE = 1e-4
 COLGEN_KNOWN_SLACK = 0.5
 #: with a decision gap, each exact pricing knapsack may stop this share of column generation's tolerance (of its
 #: bin's price) short of a proof. Two recorded aws-like batches' 395 knapsacks: a tenth of a percent of the price
-#: cut their CPU by a third; the few that run into the work cap were still 0.03 % short of it when stopped. The
+#: cut their CPU by a third (the few that ran into the work cap had their bound within 0.03 % of the price). The
 #: nine batches of a recorded aws-like 1,000-pod scale-out: 7.9 CPU s before, 3.7 after, plans as cheap
 PRICING_GAP_SHARE = 0.25
 #: with a decision gap, the proof gets at most this many seconds (or ``GAP_PROOF_SHARE`` of the time left,
