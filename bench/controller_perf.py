@@ -29,6 +29,10 @@ general-purpose pool); Karpenter's KWOK provider reads instance types from the J
 its own overhead (100m CPU, 10Mi), so each type's capacity is written as the catalog's allocatable plus that
 overhead: both controllers then see the same allocatable per type, which is all scheduling depends on.
 
+``--scheduler-log`` keeps each run's kube-scheduler log, written at the verbosity ``bench.scheduler_log`` reads:
+its attempts and status writes, the queue moves and the events behind them, new pods' wait for a first attempt,
+and the cascades of requeues a cleared nomination starts.
+
 Karpenter binds its metrics and health ports on every interface (it has no bind-address option); it gets two
 currently free ports (``hack/karpenter-kwok/run.sh``). nodeplan binds nothing (``--metrics-port 0``).
 """
@@ -68,6 +72,11 @@ ROOT = Path(__file__).resolve().parents[1]
 CONTROL_PLANE = ROOT / "hack" / "control-plane"
 KARPENTER_KWOK = ROOT / "hack" / "karpenter-kwok"
 AWS_LIKE = ROOT / "fixtures" / "catalogs" / "aws-like.yaml"
+#: kube-scheduler flags for ``--scheduler-log``: -v=2 logs each failed attempt and each bind; the queue's moves
+#: (with the event behind each), every attempt and the status writes of failed ones come from these files at
+#: -v=3 to 5 (what ``bench.scheduler_log`` reads)
+SCHEDULER_LOG_ARGS = ("-v=2 --vmodule=scheduling_queue=5,backoff_queue=5,active_queue=5,schedule_one=3,"
+                      "eventhandlers=4")
 #: the aws-like catalog's general-purpose families (as bench/scenarios.py's pool selects them)
 AWS_CATEGORIES = ("c", "m", "r")
 #: what Karpenter's KWOK provider subtracts from every instance type's capacity (kwok/cloudprovider/helpers.go)
@@ -335,8 +344,9 @@ class Result:
 
 
 @contextmanager
-def _fresh_cluster(tmp: str, bin_dir: str) -> Iterator[tuple[client.ApiClient, str]]:
-    env = {**os.environ, "NODEPLAN_CLUSTER_DIR": f"{tmp}/cluster", "NODEPLAN_CONTROL_PLANE_BIN": bin_dir}
+def _fresh_cluster(tmp: str, bin_dir: str, scheduler_args: str = "") -> Iterator[tuple[client.ApiClient, str]]:
+    env = {**os.environ, "NODEPLAN_CLUSTER_DIR": f"{tmp}/cluster", "NODEPLAN_CONTROL_PLANE_BIN": bin_dir,
+           "NODEPLAN_CLUSTER_SCHEDULER_ARGS": scheduler_args}
     try:
         subprocess.run([str(CONTROL_PLANE / "cluster.sh"), "up"], check=True, env=env, capture_output=True)
         kubeconfig = f"{tmp}/cluster/kubeconfig"
@@ -412,10 +422,11 @@ def _running(core: client.CoreV1Api) -> tuple[int, int]:
 
 def run(kind: str, cat: Catalog, deployments: Sequence[dict[str, Any]], *, keep: float, settle: float,
         timeout: float, bin_dir: str, karpenter_bin: str, karpenter_crds: Path, logs: Path | None = None,
-        record_batches: bool = False) -> Result:
+        record_batches: bool = False, scheduler_log: bool = False) -> Result:
     pods = sum(d["spec"]["replicas"] for d in deployments)
     result = Result(cat.name, kind, pods)
-    with tempfile.TemporaryDirectory() as tmp, _fresh_cluster(tmp, bin_dir) as (api, kubeconfig):
+    scheduler_args = SCHEDULER_LOG_ARGS if scheduler_log else ""
+    with tempfile.TemporaryDirectory() as tmp, _fresh_cluster(tmp, bin_dir, scheduler_args) as (api, kubeconfig):
         crds = sorted((ROOT / "deploy" / "crds").glob("*.yaml")) if kind == "nodeplan" else sorted(
             (karpenter_crds / "kwok").glob("*.yaml"))
         _install_crds(api, crds)
@@ -458,6 +469,9 @@ def run(kind: str, cat: Catalog, deployments: Sequence[dict[str, Any]], *, keep:
             if logs is not None:  # kept for reading the controller's own account of the run
                 logs.mkdir(parents=True, exist_ok=True)
                 shutil.copy(f"{tmp}/controller.log", logs / f"{cat.name}-{kind}-{pods}.log")
+                if scheduler_log:
+                    shutil.copy(f"{tmp}/cluster/logs/kube-scheduler.log",
+                                logs / f"{cat.name}-{kind}-{pods}-scheduler.log")
     return result
 
 
@@ -571,7 +585,12 @@ def main(argv: list[str] | None = None) -> int:
                         "consolidated end state: CATALOG-CONTROLLER-PODS-running.json, -start.json and -end.json) in")
     parser.add_argument("--record-batches", action="store_true", help="nodeplan writes each batch's snapshot to "
                         "LOGS/CATALOG-nodeplan-PODS-batches/ (replay offline with nodeplan solve; costs it some CPU)")
+    parser.add_argument("--scheduler-log", action="store_true", help="run the kube-scheduler with the verbosity "
+                        "bench.scheduler_log reads (its queue and its attempts) and keep its log as "
+                        "LOGS/CATALOG-CONTROLLER-PODS-scheduler.log (the logging costs the scheduler some CPU)")
     args = parser.parse_args(argv)
+    if args.scheduler_log and args.logs is None:
+        parser.error("--scheduler-log needs --logs")
     bin_dir = subprocess.run([str(CONTROL_PLANE / "build.sh")], check=True, capture_output=True,
                              text=True).stdout.strip().splitlines()[-1]
     controllers = [c.strip() for c in args.controllers.split(",") if c.strip()]
@@ -591,7 +610,8 @@ def main(argv: list[str] | None = None) -> int:
                 deployments = generic_deployment_objects(n, args.seed, NAMESPACE)
                 results = [run(kind, cat, deployments, keep=args.keep, settle=args.settle, timeout=args.timeout,
                                bin_dir=bin_dir, karpenter_bin=karpenter_bin, karpenter_crds=karpenter_crds,
-                               logs=args.logs, record_batches=args.record_batches)
+                               logs=args.logs, record_batches=args.record_batches,
+                               scheduler_log=args.scheduler_log)
                            for kind in controllers]
                 bounds = {"out": lower_bound(cat, deployments, args.bound_time_limit)}
                 if args.keep < 1.0:

@@ -53,6 +53,7 @@ KARPENTER_NAMES: Mapping[str, str] = {
 
 #: ``NODEPLAN_`` variables the repository's tooling reads (hack/, tests): not settings, not unknown either
 TOOLING = frozenset({"NODEPLAN_CACHE", "NODEPLAN_BUILD_JOBS", "NODEPLAN_CLUSTER_DIR", "NODEPLAN_CLUSTER_TIMEOUT",
+                     "NODEPLAN_CLUSTER_SCHEDULER_ARGS",
                      "NODEPLAN_CONTROL_PLANE_BIN", "NODEPLAN_SHRINK", "NODEPLAN_APISERVER_URL",
                      "NODEPLAN_APISERVER_TOKEN", "NODEPLAN_APISERVER_CA"})
 

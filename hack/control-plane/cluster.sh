@@ -288,9 +288,11 @@ up() {
   start_apiserver "${bin}" "${etcd_port}" "${api_port}"
   wait_for "kube-apiserver /readyz" readyz
 
+  # NODEPLAN_CLUSTER_SCHEDULER_ARGS: extra flags, split on spaces (bench-controller's --scheduler-log: its verbosity)
+  # shellcheck disable=SC2086
   start kube-scheduler "${bin}/kube-scheduler" \
     --kubeconfig="${dir}/kubeconfig" \
-    --bind-address="${host}" --secure-port="${sched_port}" --leader-elect=false
+    --bind-address="${host}" --secure-port="${sched_port}" --leader-elect=false ${NODEPLAN_CLUSTER_SCHEDULER_ARGS:-}
   start kube-controller-manager "${bin}/kube-controller-manager" \
     --kubeconfig="${dir}/kubeconfig" \
     --bind-address="${host}" --secure-port="${kcm_port}" --leader-elect=false \
