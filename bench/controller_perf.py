@@ -345,8 +345,10 @@ class Result:
 
 @contextmanager
 def _fresh_cluster(tmp: str, bin_dir: str, scheduler_args: str = "") -> Iterator[tuple[client.ApiClient, str]]:
+    """A fresh control plane; ``scheduler_args`` go to kube-scheduler after any the environment gives it."""
+    given = os.environ.get("NODEPLAN_CLUSTER_SCHEDULER_ARGS", "")
     env = {**os.environ, "NODEPLAN_CLUSTER_DIR": f"{tmp}/cluster", "NODEPLAN_CONTROL_PLANE_BIN": bin_dir,
-           "NODEPLAN_CLUSTER_SCHEDULER_ARGS": scheduler_args}
+           "NODEPLAN_CLUSTER_SCHEDULER_ARGS": f"{given} {scheduler_args}".strip()}
     try:
         subprocess.run([str(CONTROL_PLANE / "cluster.sh"), "up"], check=True, env=env, capture_output=True)
         kubeconfig = f"{tmp}/cluster/kubeconfig"
