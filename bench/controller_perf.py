@@ -30,8 +30,8 @@ its own overhead (100m CPU, 10Mi), so each type's capacity is written as the cat
 overhead: both controllers then see the same allocatable per type, which is all scheduling depends on.
 
 ``--scheduler-log`` keeps each run's kube-scheduler log, written at the verbosity ``bench.scheduler_log`` reads:
-its attempts and status writes, the queue moves and the events behind them, new pods' wait for a first attempt,
-and the cascades of requeues a cleared nomination starts.
+its attempts, the queue moves and the events behind them, new pods' wait for a first attempt, and the cascades of
+requeues a cleared nomination starts.
 
 Karpenter binds its metrics and health ports on every interface (it has no bind-address option); it gets two
 currently free ports (``hack/karpenter-kwok/run.sh``). nodeplan binds nothing (``--metrics-port 0``).
@@ -72,9 +72,9 @@ ROOT = Path(__file__).resolve().parents[1]
 CONTROL_PLANE = ROOT / "hack" / "control-plane"
 KARPENTER_KWOK = ROOT / "hack" / "karpenter-kwok"
 AWS_LIKE = ROOT / "fixtures" / "catalogs" / "aws-like.yaml"
-#: kube-scheduler flags for ``--scheduler-log``: -v=2 logs each failed attempt and each bind; the queue's moves
-#: (with the event behind each), every attempt and the status writes of failed ones come from these files at
-#: -v=3 to 5 (what ``bench.scheduler_log`` reads)
+#: kube-scheduler flags for ``--scheduler-log``: -v=2 logs each failed attempt and each bind; every attempt, the
+#: queue's moves (with the event behind each) and the pod events come from these files at -v=3 to 5 (what
+#: ``bench.scheduler_log`` reads)
 SCHEDULER_LOG_ARGS = ("-v=2 --vmodule=scheduling_queue=5,backoff_queue=5,active_queue=5,schedule_one=3,"
                       "eventhandlers=4")
 #: the aws-like catalog's general-purpose families (as bench/scenarios.py's pool selects them)

@@ -11,9 +11,10 @@ Reads a kube-scheduler log written with ``bench.controller_perf --scheduler-log`
   ``AssignedPodDelete`` — which a moved or cleared nomination raises too —, ``BackoffComplete``...);
 - how long new pods waited for their first attempt, by the 10 s in which they were created: the delay before a
   pod can be reported Unschedulable, which Karpenter and nodeplan both wait for before they provision it;
-- cascades: each burst of ``AssignedPodDelete`` moves, with the pod whose failed attempt just before it cleared
-  a nomination, and the event that had queued that pod. On the bench's control plane these start in the second
-  or so in which nodeplan nominates the pods of a registration round (``controller.lifecycle``).
+- cascades: each burst of ``AssignedPodDelete`` moves (a bound pod deleted, or a nomination moved or cleared:
+  kube-scheduler then requeues every pending pod), with the pod whose failed attempt came just before it and the
+  event that had queued that pod. In bench-controller's scale-outs some start while nodeplan writes a
+  registration round's nominations (``controller.lifecycle``), with a pod the scheduler still had queued.
 """
 
 from __future__ import annotations
